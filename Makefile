@@ -1,0 +1,50 @@
+# nodeagent: the two commands a new user needs are `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CONFIG ?= config/nodeagent.yaml
+PYTEST_IT := -q -p no:cacheprovider
+IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
+
+.PHONY: install run check-config test unit integration integration-v2 bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+## Validate the config and start the agent on it (Ctrl-C stops it; pods are left to be re-adopted).
+run: install
+	$(BIN)/nodeagent check-config --config $(CONFIG) > /dev/null
+	$(BIN)/nodeagent run --config $(CONFIG)
+
+check-config: install
+	$(BIN)/nodeagent check-config --config $(CONFIG)
+
+## Unit tests, then (as root) the integration suites on the host kernel (cgroup v1 here) and in a
+## User-Mode-Linux guest with pure cgroup v2.
+test: unit
+ifeq ($(IS_ROOT),yes)
+	$(MAKE) integration
+	$(MAKE) integration-v2
+else
+	@echo "integration suites skipped: they need root (run 'sudo make integration integration-v2')"
+endif
+
+unit: install
+	$(BIN)/pytest tests -q -p no:cacheprovider
+
+integration: install
+	$(BIN)/pytest integration $(PYTEST_IT)
+
+integration-v2: install
+	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT) --basetemp=$(CURDIR)/.uml-pytest-tmp
+
+bench: install
+	$(BIN)/python bench/spawn_bench.py
+
+clean:
+	rm -rf $(VENV) .uml-pytest-tmp .uml-work build *.egg-info

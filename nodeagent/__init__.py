@@ -1,0 +1,3 @@
+"""nodeagent: a kubelet-like node resource manager for Linux."""
+
+__version__ = "0.1.0"

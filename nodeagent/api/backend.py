@@ -1,0 +1,59 @@
+"""What the HTTP API needs from the agent, and the errors the agent raises to it.
+
+The API only translates HTTP to these calls and exceptions to Kubernetes Status objects; the pod
+manager (or a fake in tests) implements the protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class AdmissionError(Exception):
+    """The pod is valid but this node will not run it (422): `reason` like OutOfmemory."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+class AlreadyExists(Exception):
+    """A pod with this namespace/name is already admitted (409)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(f'pods "{name}" already exists in namespace "{namespace}"')
+        self.namespace = namespace
+        self.name = name
+
+
+class AgentBackend(Protocol):
+    def node(self) -> dict[str, Any]:
+        """The Node object (see nodeagent.node.status.build_node)."""
+        ...
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod on the node, Kubernetes-shaped, with status."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        ...
+
+    async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Validate, admit and start a pod; returns it with status.
+
+        Raises nodeagent.errors.ValidationErrors (or FieldError), AdmissionError, AlreadyExists.
+        """
+        ...
+
+    async def delete_pod(self, namespace: str, name: str,
+                         grace_period: int | None) -> dict[str, Any] | None:
+        """Begin terminating the pod; None if there is no such pod."""
+        ...
+
+    def read_log(self, namespace: str, name: str, container: str | None,
+                 tail: int | None) -> str | None:
+        """The container's log (the only container if None); the last `tail` lines if set
+        (0: none). None if the pod or container is unknown; FieldError (400) if the request
+        is ambiguous, e.g. no container named in a pod with several."""
+        ...

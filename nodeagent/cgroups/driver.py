@@ -1,0 +1,87 @@
+"""The cgroup driver interface: what the agent needs from cgroupfs, whichever version.
+
+Paths given to a driver are relative to the agent's cgroup root (e.g.
+"kubepods/burstable/pod<uid>/app"); a driver never touches anything outside that root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CgroupSpec:
+    """Settings for one cgroup. None means "no limit" (or "leave the kernel default")."""
+
+    cpu_shares: int | None = None  # v1 cpu.shares; v2 cpu.weight via the quadratic map
+    cpu_quota_us: int | None = None  # None = unlimited ("max")
+    cpu_period_us: int = 100000
+    memory_max: int | None = None  # bytes
+    memory_high: int | None = None  # bytes; v2 only (v1 ignores it)
+    pids_max: int | None = None
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    """A snapshot of one cgroup's usage; counters are cumulative since creation."""
+
+    memory_usage: int = 0  # memory.current / memory.usage_in_bytes
+    memory_inactive_file: int = 0
+    memory_anon: int = 0
+    memory_file: int = 0
+    oom_events: int = 0  # v2 memory.events oom; v1 under_oom transitions are not counted
+    oom_kills: int = 0  # v2 memory.events oom_kill; v1 memory.oom_control oom_kill (kernel >= 4.13)
+    cpu_usage_usec: int = 0
+    cpu_nr_throttled: int = 0
+    cpu_throttled_usec: int = 0
+    pids_current: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def working_set(self) -> int:
+        """usage - inactive_file, floored at 0: what the kubelet calls the working set."""
+        return max(0, self.memory_usage - self.memory_inactive_file)
+
+
+class CgroupDriver(Protocol):
+    version: int  # 1 or 2
+    root: str  # the agent's cgroup root, relative to the hierarchy mount, e.g. "/" or "/nodeagent-test"
+
+    def create(self, path: str, spec: CgroupSpec) -> None:
+        """Create (parents too) and apply spec; idempotent."""
+        ...
+
+    def update(self, path: str, spec: CgroupSpec) -> None:
+        """Apply spec to an existing cgroup."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def remove(self, path: str) -> None:
+        """Remove the cgroup and its children (bottom-up); they must hold no processes."""
+        ...
+
+    def procs_files(self, path: str) -> list[str]:
+        """Absolute cgroup.procs files a process must be written into to join this cgroup.
+
+        One on v2; one per mounted controller hierarchy on v1. The process runtime writes the
+        child's PID there before exec, from the child itself.
+        """
+        ...
+
+    def add_process(self, path: str, pid: int) -> None: ...
+
+    def pids(self, path: str) -> list[int]:
+        """PIDs in this cgroup and its descendants."""
+        ...
+
+    def stats(self, path: str) -> CgroupStats: ...
+
+    def kill(self, path: str) -> None:
+        """SIGKILL every process in the cgroup and its descendants."""
+        ...
+
+    def children(self, path: str) -> list[str]:
+        """Names of the direct child cgroups."""
+        ...

@@ -1,0 +1,390 @@
+"""The agent's YAML config: KubeletConfiguration field names, kubelet defaults, strict keys.
+
+One immutable `Config` value per load, so a later reload can diff old against new
+(`restart_required_changes`). Build it with `load_config` / `parse_config`: they add the checks
+that span several keys (eviction thresholds, enforceNodeAllocatable) and report every problem
+at once as `key.path: message` lines in a ConfigError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import socket
+from collections.abc import Mapping
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from nodeagent.duration import format_go_duration, parse_go_duration
+from nodeagent.errors import FieldError, ValidationErrors, format_loc
+from nodeagent.eviction.thresholds import DEFAULT_EVICTION_HARD, IGNORED_SIGNALS, Threshold, parse_thresholds
+from nodeagent.names import validate_dns1123_subdomain
+from nodeagent.quantity import Quantity, QuantityField
+
+KUBELET_API_VERSION = "kubelet.config.k8s.io/v1beta1"
+KUBELET_KIND = "KubeletConfiguration"
+API_VERSION = "nodeagent.io/v1alpha1"
+KIND = "NodeAgentConfiguration"
+_KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
+DEFAULT_CONFIG_SOURCE = "nodeagent/defaults.yaml"
+RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir")
+# Reserved for later issues, deliberately not accepted yet: authentication, schedulerURL.
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; `.errors` are `key.path: message` lines, `.source` the file."""
+
+    def __init__(self, source: str, errors: list[str]) -> None:
+        self.source = source
+        self.errors = list(errors)
+        super().__init__("\n".join(f"{source}: {line}" for line in self.errors))
+
+
+# ---- field types ----
+
+
+def _number_to_str(value: object) -> object:
+    """YAML turns `nodefs.inodesFree: 1000` into an int; the kubelet's maps hold strings."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _duration(value: object) -> float:
+    if not isinstance(value, str):
+        raise ValueError(f'expected a duration string like "10s" or "1m30s", got {value!r}')
+    return parse_go_duration(value)
+
+
+def _non_negative_duration(seconds: float) -> float:
+    if seconds < 0:
+        raise ValueError(f"must not be negative, got {format_go_duration(seconds)}")
+    return seconds
+
+
+def _positive_duration(seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError(f"must be positive, got {format_go_duration(seconds)}")
+    return seconds
+
+
+def _absolute_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f'must be an absolute path, got "{value}"')
+    return value
+
+
+def _non_negative_quantity(quantity: Quantity) -> Quantity:
+    if quantity.sign() < 0:
+        raise ValueError(f'must not be negative, got "{quantity}"')
+    return quantity
+
+
+def _ip_address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f'must be an IP address, got "{value}"') from None
+    return value
+
+
+GoDuration = Annotated[float, BeforeValidator(_duration), PlainSerializer(format_go_duration, return_type=str)]
+"""Seconds in Python; a Go duration string ("1m30s") in YAML and JSON."""
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
+ReservedResource = Literal["cpu", "memory", "ephemeral-storage", "pid"]
+ReservedQuantity = Annotated[QuantityField, AfterValidator(_non_negative_quantity)]
+EvictionValue = Annotated[str, BeforeValidator(_number_to_str)]
+EnforceKey = Literal["pods", "system-reserved", "kube-reserved", "none"]
+
+
+class LoggingConfig(BaseModel):
+    """Log level and output format (auto: console on a terminal, JSON otherwise)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    level: Literal["info", "debug", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Config(BaseModel):
+    """The effective configuration. snake_case attributes, camelCase YAML keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    api_version: str | None = None
+    kind: str | None = None
+    node_name: str | None = Field(default=None, validate_default=True)
+    address: Annotated[str, AfterValidator(_ip_address)] = "127.0.0.1"
+    port: int = Field(default=10250, ge=1, le=65535)
+    state_dir: AbsolutePath = "/var/lib/nodeagent"
+    nodefs_path: AbsolutePath | None = None
+    imagefs_path: AbsolutePath | None = None
+    static_pod_path: AbsolutePath | None = None
+    cgroup_root: AbsolutePath = "/"
+    cgroup_driver: Literal["auto", "v2", "v1"] = "auto"
+    max_pods: int = Field(default=110, ge=0)
+    kube_reserved: dict[ReservedResource, ReservedQuantity] = Field(default_factory=dict)
+    system_reserved: dict[ReservedResource, ReservedQuantity] = Field(default_factory=dict)
+    kube_reserved_cgroup: AbsolutePath | None = None
+    system_reserved_cgroup: AbsolutePath | None = None
+    enforce_node_allocatable: tuple[EnforceKey, ...] = ("pods",)
+    eviction_hard: dict[str, EvictionValue] | None = None
+    merge_default_eviction_settings: bool = False
+    eviction_soft: dict[str, EvictionValue] = Field(default_factory=dict)
+    eviction_soft_grace_period: dict[str, EvictionValue] = Field(default_factory=dict)
+    eviction_max_pod_grace_period: int = Field(default=0, ge=0)
+    eviction_minimum_reclaim: dict[str, EvictionValue] = Field(default_factory=dict)
+    eviction_pressure_transition_period: Annotated[GoDuration, AfterValidator(_non_negative_duration)] = 300.0
+    housekeeping_interval: Annotated[GoDuration, AfterValidator(_positive_duration)] = 10.0
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @field_validator("api_version")
+    @classmethod
+    def _check_api_version(cls, value: str | None) -> str | None:
+        if value is not None and value not in _KIND_FOR_API_VERSION:
+            raise ValueError(f'unsupported apiVersion "{value}"; use "{API_VERSION}" or "{KUBELET_API_VERSION}"')
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _check_kind(cls, value: str | None, info: Any) -> str | None:
+        if value is None:
+            return value
+        expected = _KIND_FOR_API_VERSION.get(info.data.get("api_version") or "")
+        if expected is not None and value != expected:
+            raise ValueError(f'must be "{expected}" for apiVersion "{info.data["api_version"]}", got "{value}"')
+        if value not in _KIND_FOR_API_VERSION.values():
+            raise ValueError(f'unsupported kind "{value}"; use "{KIND}" or "{KUBELET_KIND}"')
+        return value
+
+    @field_validator("node_name")
+    @classmethod
+    def _check_node_name(cls, value: str | None) -> str:
+        if value is None:
+            hostname = socket.gethostname().strip().lower()
+            try:
+                validate_dns1123_subdomain(hostname)
+            except ValueError as exc:
+                raise ValueError(
+                    f"defaults to the hostname, which is not a valid node name ({exc}); set nodeName"
+                ) from None
+            return hostname
+        validate_dns1123_subdomain(value)
+        return value
+
+    @field_validator("enforce_node_allocatable")
+    @classmethod
+    def _check_enforce(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if "none" in value and len(value) > 1:
+            raise ValueError('may not contain other enforcements when "none" is specified')
+        return value
+
+    @model_validator(mode="after")
+    def _resolve_defaults(self) -> Config:
+        """Fill the defaults that depend on other keys (the model is frozen: set them once here)."""
+        nodefs = self.nodefs_path or self.state_dir
+        object.__setattr__(self, "nodefs_path", nodefs)
+        object.__setattr__(self, "imagefs_path", self.imagefs_path or nodefs)
+        hard = effective_eviction_hard(self.eviction_hard, self.merge_default_eviction_settings)
+        object.__setattr__(self, "eviction_hard", hard)
+        return self
+
+    @cached_property
+    def thresholds(self) -> tuple[Threshold, ...]:
+        """The effective eviction thresholds (hard, soft, then allocatableMemory copies)."""
+        return tuple(_thresholds_from(self.model_dump(by_alias=True)))
+
+    @property
+    def hard_thresholds(self) -> tuple[Threshold, ...]:
+        """Hard thresholds, including the allocatableMemory.available copies (allocatable
+        subtracts only memory.available and nodefs.available, so passing these is fine)."""
+        return tuple(t for t in self.thresholds if t.hard)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key, camelCase, JSON-ready (quantities and durations as strings)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def effective_eviction_hard(eviction_hard: Mapping[str, str] | None, merge_defaults: bool) -> dict[str, str]:
+    """The kubelet's rule (cmd/kubelet/app/server.go loadConfigFile): an unset evictionHard gets
+    the defaults; a set one replaces them entirely (signals left out are disabled) unless
+    mergeDefaultEvictionSettings is true, which fills in the signals left out."""
+    if eviction_hard is None:
+        return dict(DEFAULT_EVICTION_HARD)
+    merged = dict(eviction_hard)
+    if merge_defaults:
+        for signal, value in DEFAULT_EVICTION_HARD.items():
+            merged.setdefault(signal, value)
+    return merged
+
+
+def _thresholds_from(data: Mapping[str, Any]) -> list[Threshold]:
+    """Thresholds from camelCase config data (raw or dumped); raises ValidationErrors."""
+    hard = data.get("evictionHard")
+    merge = data.get("mergeDefaultEvictionSettings") is True
+    enforce = data.get("enforceNodeAllocatable", ("pods",))
+
+    def as_map(value: object) -> dict[str, object]:
+        return {str(k): _number_to_str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+    return parse_thresholds(
+        effective_eviction_hard(as_map(hard) if isinstance(hard, Mapping) else None, merge),
+        as_map(data.get("evictionSoft")),
+        as_map(data.get("evictionSoftGracePeriod")),
+        as_map(data.get("evictionMinimumReclaim")),
+        enforce_node_allocatable=enforce if isinstance(enforce, (list, tuple)) else (),
+    )
+
+
+def _pydantic_lines(exc: ValidationError) -> list[tuple[str, str]]:
+    out = []
+    aliases = {name: f.alias or name for name, f in Config.model_fields.items()}
+    known = list(aliases.values())
+    for err in exc.errors():
+        loc = [part for part in err["loc"] if part != "[key]"]
+        if loc and err["type"] != "extra_forbidden" and loc[0] in aliases:
+            loc[0] = aliases[str(loc[0])]  # a default that failed validation is located by name
+        path = format_loc(loc)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+            if len(loc) == 1:
+                close = difflib.get_close_matches(str(loc[0]), known, n=1, cutoff=0.7)
+                if close:
+                    message += f" (did you mean {close[0]}?)"
+        out.append((path, message))
+    return out
+
+
+def _cross_checks(config: Config) -> list[FieldError]:
+    errors = []
+    for key, cgroup, alias in (
+        ("system-reserved", config.system_reserved_cgroup, "systemReservedCgroup"),
+        ("kube-reserved", config.kube_reserved_cgroup, "kubeReservedCgroup"),
+    ):
+        if key in config.enforce_node_allocatable and not cgroup:
+            errors.append(FieldError("enforceNodeAllocatable", f'"{key}" needs {alias} to name the cgroup to limit'))
+    return errors
+
+
+def parse_config(data: Mapping[str, Any] | None, source: str) -> Config:
+    """Validate config data (camelCase keys) into a Config; ConfigError lists every problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, [f"(root): expected a mapping of configuration keys, got {type(data).__name__}"])
+    lines: list[tuple[str, str]] = []
+    config: Config | None = None
+    try:
+        config = Config.model_validate(dict(data))
+    except ValidationError as exc:
+        lines += _pydantic_lines(exc)
+    thresholds: list[Threshold] | None = None
+    try:
+        thresholds = _thresholds_from(config.model_dump(by_alias=True) if config else data)
+    except ValidationErrors as exc:
+        reported = [path for path, _ in lines]
+        for err in exc.errors:
+            if not any(err.path == p or err.path.startswith(p + ".") for p in reported):
+                lines.append((err.path, err.message))
+    if config is not None:
+        lines += [(e.path, e.message) for e in _cross_checks(config)]
+    if lines:
+        raise ConfigError(source, [f"{path}: {message}" if path else message for path, message in lines])
+    assert config is not None and thresholds is not None
+    config.__dict__["thresholds"] = tuple(thresholds)  # prime the cached_property
+    return config
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (the kubelet's strict decoding does too)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Config:
+    """Parse YAML text into a Config; an empty document means all defaults."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(source, [f"{where}invalid YAML: {problem}"]) from None
+    return parse_config(data, source)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file; ConfigError (with the file name) on any problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, [f"cannot read config: {getattr(exc, 'strerror', None) or exc}"]) from None
+    return parse_yaml(text, source)
+
+
+def default_config_text() -> str:
+    """The embedded defaults.yaml shipped as package data."""
+    return resources.files("nodeagent").joinpath("defaults.yaml").read_text(encoding="utf-8")
+
+
+def load_default_config() -> Config:
+    return parse_yaml(default_config_text(), DEFAULT_CONFIG_SOURCE)
+
+
+def restart_required_changes(old: Config, new: Config) -> list[str]:
+    """Keys (camelCase) whose change a reload cannot apply in place: the agent must restart."""
+    names = {field.alias: name for name, field in Config.model_fields.items()}
+    return [key for key in RESTART_KEYS if getattr(old, names[key]) != getattr(new, names[key])]
+
+
+def config_warnings(config: Config) -> list[str]:
+    """Legal but probably unintended settings, as `key.path: message` lines."""
+    out = []
+    soft = set(config.eviction_soft)
+    for signal in config.eviction_soft_grace_period:
+        if signal not in soft:
+            out.append(f"evictionSoftGracePeriod.{signal}: no evictionSoft.{signal} threshold; ignored")
+    effective = {t.signal for t in config.thresholds}
+    for signal in config.eviction_minimum_reclaim:
+        if signal not in effective:
+            out.append(f"evictionMinimumReclaim.{signal}: no threshold for this signal; ignored")
+    for key, values in (("evictionHard", config.eviction_hard or {}), ("evictionSoft", config.eviction_soft)):
+        for signal in values:
+            if signal in IGNORED_SIGNALS:
+                out.append(
+                    f"{key}.{signal}: ignored; nodeagent has no separate container filesystem "
+                    "(the nodefs/imagefs thresholds apply)"
+                )
+    missing = [s for s in DEFAULT_EVICTION_HARD if s not in (config.eviction_hard or {})]
+    if missing and not config.merge_default_eviction_settings:
+        out.append(
+            f"evictionHard: the default hard thresholds for {', '.join(missing)} are disabled because evictionHard "
+            "is set without them (set mergeDefaultEvictionSettings: true to keep the defaults)"
+        )
+    return out
