@@ -114,7 +114,44 @@ def _add_check_config(subparsers: argparse._SubParsersAction) -> None:  # type: 
     parser.set_defaults(func=_check_config)
 
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_check_config]  # type: ignore[type-arg]
+def _run(args: argparse.Namespace) -> int:
+    """Start the agent on a config file and serve until SIGTERM/SIGINT."""
+    import asyncio
+
+    from nodeagent.daemon import Agent
+    from nodeagent.logsetup import configure_logging
+
+    try:
+        config = load_config(args.config) if args.config else load_default_config()
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(f"{exc.source}: {line}", file=sys.stderr)
+        return 1
+    configure_logging(config.logging.level, config.logging.format)
+    try:
+        agent = Agent(config)
+    except (OSError, ValueError) as exc:
+        print(f"{args.config or 'defaults'}: cannot start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(agent.run())
+    except OSError as exc:  # e.g. the port is taken
+        print(f"nodeagent: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _add_run(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "run", help="run the node agent",
+        description="Run the node agent on FILE (default: the embedded defaults) until SIGTERM/SIGINT. "
+        "Pods keep running when the agent stops and are re-adopted when it starts again.",
+    )
+    parser.add_argument("--config", metavar="FILE", help="config file (default: the embedded defaults.yaml)")
+    parser.set_defaults(func=_run)
+
+
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_check_config, _add_run]  # type: ignore[type-arg]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Usage: integration/run-in-uml.sh CMD [ARGS...]
+#
+# Runs CMD (as root, in the current directory) inside a User-Mode-Linux 6.1 guest whose only
+# cgroup hierarchy is cgroup2 at /sys/fs/cgroup (controllers cpu io memory pids), so the cgroup v2
+# code is exercised on a real kernel even on a cgroup v1 host. Exit status = CMD's exit status
+# (99 if the guest never reported one).
+#
+# Guest: root = host / read-only (hostfs); fresh tmpfs on /tmp and /run; $PWD and $W re-mounted
+# writable at the same paths; one CPU, HZ=100, no PSI; memory = $UML_MEM (default 1G).
+# $W (default: <checkout>/.uml-work, self-gitignored) holds the unpacked user-mode-linux .deb
+# (downloaded once with `apt-get download`, never installed) and the per-run scripts.
+# The guest starts with an empty environment: PATH/HOME are set, PYTEST_ADDOPTS and NODEAGENT_*
+# are passed through, and PYTEST_ADDOPTS gets `-p no:cacheprovider` (the guest's / is read-only).
+#
+#   integration/run-in-uml.sh .venv/bin/pytest integration -q
+set -eu
+[ "$#" -ge 1 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+CHECKOUT=$(dirname "$HERE")
+W=${W:-$CHECKOUT/.uml-work}
+MEM=${UML_MEM:-1G}
+mkdir -p "$W"
+W=$(cd "$W" && pwd)
+[ -f "$W/.gitignore" ] || printf '*\n' > "$W/.gitignore"
+UML="$W/root/usr/bin/linux.uml"
+if [ ! -x "$UML" ]; then      # ~41 MB .deb, unpacked only, nothing installed
+  (cd "$W" && rm -f user-mode-linux_*.deb \
+     && { apt-get download user-mode-linux 2>/dev/null \
+          || { apt-get update -qq && apt-get download user-mode-linux; }; } \
+     && dpkg -x user-mode-linux_*.deb root) >&2
+fi
+[ -x "$UML" ] || { echo "run-in-uml: no $UML (download failed?)" >&2; exit 99; }
+
+RUN=$(mktemp -d "$W/run.XXXXXX")   # per-run files, so concurrent runs do not clash
+trap 'rm -rf "$RUN"' EXIT
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }   # shell-quote one word
+{
+  printf 'cd %s || exit 98\n' "$(q "$PWD")"
+  printf 'export PYTEST_ADDOPTS=%s\n' "$(q "${PYTEST_ADDOPTS:-} -p no:cacheprovider")"
+  env | grep '^NODEAGENT_[A-Za-z0-9_]*=' | while IFS= read -r kv; do
+    printf 'export %s=%s\n' "${kv%%=*}" "$(q "${kv#*=}")"
+  done
+  for a in "$@"; do printf '%s ' "$(q "$a")"; done
+  printf '\n'
+} > "$RUN/cmd.sh"
+cat > "$RUN/init.sh" <<EOF
+#!/bin/sh
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+mount -t proc proc /proc; mount -t sysfs sysfs /sys
+mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
+for d in $(q "$PWD") $(q "$W"); do mkdir -p "\$d" 2>/dev/null; mount -t hostfs none "\$d" -o "\$d"; done
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+sh $(q "$RUN/cmd.sh"); echo \$? > $(q "$RUN/rc")
+echo o > /proc/sysrq-trigger; sleep 10        # power off is async: keep PID 1 alive meanwhile
+EOF
+chmod +x "$RUN/init.sh"
+"$UML" mem="$MEM" root=/dev/root rootfstype=hostfs rootflags=/ ro \
+    init="$RUN/init.sh" con=null con0=null,fd:1 quiet </dev/null || true
+rc=$(cat "$RUN/rc" 2>/dev/null || echo 99)
+exit "$rc"

@@ -1,0 +1,251 @@
+"""The composition root: builds every part from the config and owns the long-lived tasks.
+
+    observe (capacity, cgroup stats, static pod files) -> decide (allocatable, admission, layout)
+    -> act (cgroup driver, process runtime, checkpoints) -> report (HTTP API, logs)
+
+Nothing else creates long-lived tasks. Shutdown (SIGTERM/SIGINT) stops the API and lets go of
+the pods without stopping them: the next agent re-adopts them from the checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from nodeagent.api.app import create_app
+from nodeagent.cgroups import layout
+from nodeagent.cgroups.detect import make_driver
+from nodeagent.cgroups.driver import CgroupDriver
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.config import Config
+from nodeagent.errors import FieldError
+from nodeagent.node.addresses import node_addresses
+from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
+from nodeagent.node.capacity import Capacity, discover_capacity
+from nodeagent.node.checkpoint import CheckpointStore
+from nodeagent.node.static_pods import StaticPodSource
+from nodeagent.node.status import ConditionTracker, NodeStatusInput, build_node, read_node_info
+from nodeagent.pods.manager import PodManager
+from nodeagent.pods.worker import PodEnv
+from nodeagent.quantity import Quantity
+from nodeagent.runtime import logs
+from nodeagent.runtime.spawn import own_oom_score_adj
+
+log = structlog.get_logger(__name__)
+
+AGENT_OOM_SCORE_ADJ = -999
+
+
+def set_own_oom_score_adj(value: int = AGENT_OOM_SCORE_ADJ) -> int:
+    """The agent protects itself from the OOM killer like the kubelet (-999); returns what it got.
+
+    Lowering it needs CAP_SYS_RESOURCE; without it the current value stays and a warning says so.
+    """
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError as e:
+        log.warning("agent_oom_score_adj_failed", wanted=value, error=str(e))
+    return own_oom_score_adj()
+
+
+@dataclass
+class NodeReporter:
+    """Builds the Node object from fixed facts plus current usage of the pods cgroup."""
+
+    config: Config
+    capacity: Capacity
+    allocatable: dict[str, Quantity]
+    driver: CgroupDriver
+    clock: Clock
+    node_info: dict[str, str]
+    addresses: list[dict[str, str]] = field(default_factory=list)
+    tracker: ConditionTracker | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker = self.tracker or ConditionTracker(self.clock)
+
+    def usage(self) -> dict[str, Quantity]:
+        try:
+            stats = self.driver.stats(layout.KUBEPODS)
+        except OSError:
+            return {}
+        return {
+            "memory": Quantity.from_value(stats.working_set, "BinarySI"),
+            "cpuUsageSeconds": Quantity.from_milli(stats.cpu_usage_usec // 1000, "DecimalSI"),
+            "pods": Quantity.from_value(stats.pids_current, "DecimalSI"),
+        }
+
+    def node(self) -> dict[str, Any]:
+        assert self.tracker is not None
+        inp = NodeStatusInput(
+            name=self.config.node_name or socket.gethostname().lower(),
+            capacity=self.capacity.as_quantities(),
+            allocatable=self.allocatable,
+            usage={k: v for k, v in self.usage().items() if k != "pods"},
+            addresses=self.addresses,
+            node_info=self.node_info,
+        )
+        return build_node(inp, self.tracker)
+
+
+class Backend:
+    """The AgentBackend: pods from the PodManager, the node from the NodeReporter, plus an entry
+    for every static pod file that cannot be run (so operators see it in the pod list)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.manager = agent.manager
+
+    def node(self) -> dict[str, Any]:
+        return self.agent.reporter.node()
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return self.manager.list_pods() + [static_error_entry(e) for e in self.agent.static_errors]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.manager, name)
+
+
+def static_error_entry(error: Any) -> dict[str, Any]:
+    """A Pod-shaped list entry for a static pod file that could not be parsed."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": error.path.name, "namespace": "",
+                     "annotations": {"kubernetes.io/config.source": "file",
+                                     "nodeagent.io/manifest-path": str(error.path)}},
+        "status": {"phase": "Pending", "reason": "InvalidManifest", "message": str(error)},
+    }
+
+
+class Agent:
+    """Everything the running agent holds; `run()` until a stop signal."""
+
+    def __init__(self, config: Config, *, clock: Clock | None = None, driver: CgroupDriver | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.driver = driver or make_driver(config.cgroup_driver, config.cgroup_root)
+        os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+        self.capacity = discover_capacity(config.nodefs_path or config.state_dir, config.max_pods)
+        cap = self.capacity.as_quantities()
+        problems = over_reserved(cap, config.kube_reserved, config.system_reserved, config.hard_thresholds)
+        if problems:
+            raise FieldError("allocatable", "; ".join(problems))
+        self.allocatable = node_allocatable(cap, config.kube_reserved, config.system_reserved, config.hard_thresholds)
+        enforced = None
+        if "pods" in config.enforce_node_allocatable:
+            enforced = enforced_pods_allocatable(self.capacity.internal_quantities(),
+                                                 config.kube_reserved, config.system_reserved)
+        env = PodEnv(driver=self.driver, state_dir=config.state_dir,
+                     memory_capacity=self.capacity.memory, clock=self.clock)
+        self.manager = PodManager(env, CheckpointStore(config.state_dir), allocatable=self.allocatable,
+                                  enforced_allocatable=enforced, max_pods=config.max_pods)
+        version = str(self.driver.version)
+        self.reporter = NodeReporter(config, self.capacity, self.allocatable, self.driver, self.clock,
+                                     read_node_info(f"v{version}", f"cgroupfs-v{version}"))
+        self.static = (StaticPodSource(config.static_pod_path, self.reporter.node()["metadata"]["name"])
+                       if config.static_pod_path else None)
+        self.static_errors: list[Any] = []
+        self.runner: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        adj = set_own_oom_score_adj()
+        self.manager.setup_cgroups()
+        problems = await self.manager.restore()
+        for p in problems:
+            log.error("restore_problem", problem=p)
+        self.reporter.addresses = await asyncio.to_thread(node_addresses)
+        await self.sync_static_pods()
+        self.runner = web.AppRunner(create_app(Backend(self)), access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.address, self.config.port)
+        await site.start()
+        log.info("agent_ready", address=self.config.address, port=self.port, driver=f"v{self.driver.version}",
+                 pods=len(self.manager.pods), oom_score_adj=adj,
+                 allocatable={k: str(v) for k, v in self.allocatable.items()})
+
+    @property
+    def port(self) -> int:
+        """The bound port (the config may say 0 for any free port, as tests do)."""
+        if self.runner is not None:
+            for addr in self.runner.addresses:
+                if isinstance(addr, tuple):
+                    return int(addr[1])
+        return self.config.port
+
+    async def sync_static_pods(self) -> None:
+        """Start, replace or stop static pods as their files appeared, changed or went away.
+
+        Every file's pod that is not running is (re)tried each interval, so a static pod refused
+        once (e.g. no room yet) starts when it can; broken files are listed by the API.
+        """
+        if self.static is None:
+            return
+        diff = await asyncio.to_thread(self.static.scan)
+        self.static_errors = diff.errors
+        stopping = []
+        for sp in [*diff.removed, *diff.changed]:
+            worker = self.manager.pods.get(sp.key)
+            if worker is not None and not worker.terminal:
+                grace = float(worker.pod.spec.termination_grace_period_seconds)
+                stopping.append(self.manager.terminate(worker, grace, remove=True))
+        if diff.changed:
+            await asyncio.gather(*stopping)
+        for key, sp in self.static.pods.items():
+            if key in self.manager.pods:
+                continue
+            try:
+                await self.manager.create_pod(sp.pod.to_dict())
+            except Exception as e:  # one bad static pod never stops the others
+                log.error("static_pod_start_failed", pod="/".join(key), path=str(sp.path), error=str(e))
+
+    async def housekeeping(self) -> None:
+        """Every housekeepingInterval: static pods, log rotation, QoS weights, addresses."""
+        while True:
+            await asyncio.sleep(self.config.housekeeping_interval)
+            try:
+                await self.sync_static_pods()
+                await asyncio.to_thread(self._rotate_logs)
+                self.manager.update_qos_cgroups()
+            except Exception:
+                log.exception("housekeeping_failed")
+
+    def _rotate_logs(self) -> None:
+        for worker in list(self.manager.pods.values()):
+            for cw in list(worker.workers.values()):
+                try:
+                    logs.rotate(cw.log_path)
+                except OSError as e:
+                    log.warning("log_rotate_failed", path=cw.log_path, error=str(e))
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        keeper = asyncio.create_task(self.housekeeping(), name="housekeeping")
+        try:
+            await self._stop.wait()
+        finally:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        log.info("agent_stopping")
+        if self.runner is not None:
+            await self.runner.cleanup()
+        await self.manager.wait_stopping()
+        await self.manager.detach_all()
+        log.info("agent_stopped", pods_left_running=len(self.manager.pods))
