@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +27,17 @@ from nodeagent.cgroups.driver import CgroupDriver
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import Config
 from nodeagent.errors import FieldError
+from nodeagent.eviction.evaluate import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE
+from nodeagent.eviction.manager import EvictionManager
+from nodeagent.eviction.signals import NodeObserver
+from nodeagent.events import EventRecorder
 from nodeagent.node.addresses import node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
 from nodeagent.node.static_pods import StaticPodSource
 from nodeagent.node.status import ConditionTracker, NodeStatusInput, build_node, read_node_info
+from nodeagent.pods.eviction_access import PodEvictionAccess
 from nodeagent.pods.manager import PodManager
 from nodeagent.pods.worker import PodEnv
 from nodeagent.quantity import Quantity
@@ -68,6 +74,7 @@ class NodeReporter:
     node_info: dict[str, str]
     addresses: list[dict[str, str]] = field(default_factory=list)
     tracker: ConditionTracker | None = None
+    pressure: Callable[[], tuple[str, ...]] = lambda: ()
 
     def __post_init__(self) -> None:
         self.tracker = self.tracker or ConditionTracker(self.clock)
@@ -92,6 +99,9 @@ class NodeReporter:
             usage={k: v for k, v in self.usage().items() if k != "pods"},
             addresses=self.addresses,
             node_info=self.node_info,
+            memory_pressure=MEMORY_PRESSURE in (conditions := self.pressure()),
+            disk_pressure=DISK_PRESSURE in conditions,
+            pid_pressure=PID_PRESSURE in conditions,
         )
         return build_node(inp, self.tracker)
 
@@ -109,6 +119,9 @@ class Backend:
 
     def list_pods(self) -> list[dict[str, Any]]:
         return self.manager.list_pods() + [static_error_entry(e) for e in self.agent.static_errors]
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.agent.events.list()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
@@ -148,10 +161,23 @@ class Agent:
         self.manager = PodManager(env, CheckpointStore(config.state_dir), allocatable=self.allocatable,
                                   enforced_allocatable=enforced, max_pods=config.max_pods)
         version = str(self.driver.version)
+        node_name = config.node_name or socket.gethostname().lower()
+        self.events = EventRecorder(self.clock, node_name)
+        observer = NodeObserver(self.driver, config.nodefs_path or config.state_dir,
+                                config.imagefs_path or config.nodefs_path or config.state_dir,
+                                enforced["memory"].value() if enforced and "memory" in enforced else None,
+                                self.clock.now)
+        self.eviction = EvictionManager(
+            config.thresholds, observer.observe, PodEvictionAccess(self.manager), self.events, self.clock,
+            transition_period=config.eviction_pressure_transition_period,
+            max_pod_grace_period=config.eviction_max_pod_grace_period,
+            interval=config.housekeeping_interval,
+        )
+        self.manager.extra_admit = self.eviction.admit
         self.reporter = NodeReporter(config, self.capacity, self.allocatable, self.driver, self.clock,
-                                     read_node_info(f"v{version}", f"cgroupfs-v{version}"))
-        self.static = (StaticPodSource(config.static_pod_path, self.reporter.node()["metadata"]["name"])
-                       if config.static_pod_path else None)
+                                     read_node_info(f"v{version}", f"cgroupfs-v{version}"),
+                                     pressure=lambda: self.eviction.conditions)
+        self.static = StaticPodSource(config.static_pod_path, node_name) if config.static_pod_path else None
         self.static_errors: list[Any] = []
         self.runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
@@ -200,7 +226,11 @@ class Agent:
         if diff.changed:
             await asyncio.gather(*stopping)
         for key, sp in self.static.pods.items():
-            if key in self.manager.pods:
+            worker = self.manager.pods.get(key)
+            if worker is not None and worker.reason == "Evicted" and worker.finished and not self.eviction.conditions:
+                del self.manager.pods[key]  # the kubelet leaves it dead (kubernetes#76598); we bring it back
+                log.info("static_pod_readmitted", pod="/".join(key))
+            elif worker is not None:
                 continue
             try:
                 await self.manager.create_pod(sp.pod.to_dict())
@@ -234,12 +264,14 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         await self.start()
-        keeper = asyncio.create_task(self.housekeeping(), name="housekeeping")
+        tasks = [asyncio.create_task(self.housekeeping(), name="housekeeping"),
+                 asyncio.create_task(self.eviction.run(), name="eviction")]
         try:
             await self._stop.wait()
         finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.shutdown()
 
     async def shutdown(self) -> None:

@@ -157,6 +157,11 @@ async def read_log(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
+async def list_events(request: web.Request) -> web.Response:
+    items = _backend(request).events()
+    return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
+
+
 def create_app(backend: AgentBackend, max_body: int = MAX_BODY) -> web.Application:
     """The aiohttp application; the caller runs it (web.AppRunner) and owns its lifetime."""
     app = web.Application(middlewares=[status_middleware], client_max_size=max_body)
@@ -171,6 +176,7 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY) -> web.Applicati
     app.router.add_get(pod, get_pod)
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
+    app.router.add_get("/api/v1/events", list_events)
     return app
 
 

@@ -57,3 +57,7 @@ class AgentBackend(Protocol):
         (0: none). None if the pod or container is unknown; FieldError (400) if the request
         is ambiguous, e.g. no container named in a pod with several."""
         ...
+
+    def events(self) -> list[dict[str, Any]]:
+        """Recent events (Kubernetes Event objects), newest last."""
+        ...
