@@ -18,6 +18,7 @@ from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, Threshol
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.quantity import Quantity
+from nodeagent.cli_commands import SUBCOMMANDS as CLIENT_SUBCOMMANDS
 
 
 def _quantities(values: dict[str, Quantity]) -> dict[str, str]:
@@ -152,6 +153,7 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_check_config, _add_run]  # type: ignore[type-arg]
+SUBCOMMANDS += CLIENT_SUBCOMMANDS  # status, pods, apply, delete, logs, events  # status pods apply delete logs events
 
 
 def build_parser() -> argparse.ArgumentParser:
