@@ -23,8 +23,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
+    Tag,
     ValidationError,
     field_validator,
     model_validator,
@@ -43,8 +45,11 @@ API_VERSION = "nodeagent.io/v1alpha1"
 KIND = "NodeAgentConfiguration"
 _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/defaults.yaml"
-RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir")
-# Reserved for later issues, deliberately not accepted yet: authentication, schedulerURL.
+RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication", "tlsCertFile",
+                "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes")
+# Reserved for later issues, deliberately not accepted yet: schedulerURL.
+UNIX_SOCKET_NAME = "nodeagent.sock"
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
 
 
 class ConfigError(ValueError):
@@ -122,6 +127,54 @@ class LoggingConfig(BaseModel):
     format: Literal["auto", "json", "console"] = "auto"
 
 
+class AuthenticationConfig(BaseModel):
+    """Who may call the API over TCP: a bearer token file, client certificates, or both.
+
+    clientCAFile is the kubelet's authentication.x509.clientCAFile, one level up; tokenFile is
+    ours (the kubelet checks tokens with a webhook to the API server, which a lone node has not).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    token_file: AbsolutePath | None = Field(default=None, alias="tokenFile")
+    client_ca_file: AbsolutePath | None = Field(default=None, alias="clientCAFile")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> AuthenticationConfig:
+        if self.token_file is None and self.client_ca_file is None:
+            raise ValueError('set tokenFile and/or clientCAFile, or write "authentication: none" '
+                             "to serve the API without authentication on purpose")
+        return self
+
+
+def _unix_socket_path(value: str | None) -> str | None:
+    if value is not None:
+        _absolute_path(value)
+        if len(value.encode()) > SUN_PATH_MAX:
+            raise ValueError(f"path too long for a Unix socket ({len(value.encode())} bytes, at most {SUN_PATH_MAX})")
+    return value
+
+
+def _authentication_tag(value: object) -> str | None:
+    if value is None:
+        return "unset"
+    if value == "none":
+        return "none"
+    if isinstance(value, (Mapping, AuthenticationConfig)):
+        return "config"
+    return None
+
+
+AUTH_TAGS = ("unset", "none", "config")
+AuthenticationField = Annotated[
+    Annotated[None, Tag("unset")] | Annotated[Literal["none"], Tag("none")]
+    | Annotated[AuthenticationConfig, Tag("config")],
+    Discriminator(_authentication_tag, custom_error_type="authentication",
+                  custom_error_message='must be "none" or a mapping with tokenFile and/or clientCAFile'),
+]
+"""`authentication`: unset (None), the explicit string "none", or an AuthenticationConfig."""
+
+
 class Config(BaseModel):
     """The effective configuration. snake_case attributes, camelCase YAML keys."""
 
@@ -153,6 +206,12 @@ class Config(BaseModel):
     eviction_pressure_transition_period: Annotated[GoDuration, AfterValidator(_non_negative_duration)] = 300.0
     housekeeping_interval: Annotated[GoDuration, AfterValidator(_positive_duration)] = 10.0
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    # API access. Unset authentication: reads open on loopback, writes only over unixSocket.
+    authentication: AuthenticationField = None
+    tls_cert_file: AbsolutePath | None = None
+    tls_private_key_file: AbsolutePath | None = None
+    unix_socket: Annotated[str | None, AfterValidator(_unix_socket_path)] = None
+    max_request_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
 
     @field_validator("api_version")
     @classmethod
@@ -203,6 +262,11 @@ class Config(BaseModel):
         object.__setattr__(self, "imagefs_path", self.imagefs_path or nodefs)
         hard = effective_eviction_hard(self.eviction_hard, self.merge_default_eviction_settings)
         object.__setattr__(self, "eviction_hard", hard)
+        if "unix_socket" not in self.model_fields_set:  # unset: under stateDir; explicit null: none
+            path = f"{self.state_dir.rstrip('/')}/{UNIX_SOCKET_NAME}"
+            if len(path.encode()) > SUN_PATH_MAX:
+                raise ValueError(f"unixSocket: the default {path} is too long for a Unix socket; set unixSocket")
+            object.__setattr__(self, "unix_socket", path)
         return self
 
     @cached_property
@@ -258,6 +322,8 @@ def _pydantic_lines(exc: ValidationError) -> list[tuple[str, str]]:
     known = list(aliases.values())
     for err in exc.errors():
         loc = [part for part in err["loc"] if part != "[key]"]
+        if len(loc) > 1 and loc[0] == "authentication" and loc[1] in AUTH_TAGS:
+            del loc[1]  # the union member's tag says nothing to the operator
         if loc and err["type"] != "extra_forbidden" and loc[0] in aliases:
             loc[0] = aliases[str(loc[0])]  # a default that failed validation is located by name
         path = format_loc(loc)
@@ -280,6 +346,13 @@ def _cross_checks(config: Config) -> list[FieldError]:
     ):
         if key in config.enforce_node_allocatable and not cgroup:
             errors.append(FieldError("enforceNodeAllocatable", f'"{key}" needs {alias} to name the cgroup to limit'))
+    if (config.tls_cert_file is None) != (config.tls_private_key_file is None):
+        missing = "tlsPrivateKeyFile" if config.tls_private_key_file is None else "tlsCertFile"
+        errors.append(FieldError(missing, "tlsCertFile and tlsPrivateKeyFile must be set together"))
+    auth = config.authentication
+    if isinstance(auth, AuthenticationConfig) and auth.client_ca_file and config.tls_cert_file is None:
+        errors.append(FieldError("authentication.clientCAFile",
+                                 "client certificates need TLS: set tlsCertFile and tlsPrivateKeyFile"))
     return errors
 
 

@@ -150,7 +150,7 @@ def test_unknown_nested_and_snake_case_keys_are_errors() -> None:
     assert errors_of({"state_dir": "/x"})[0].startswith("state_dir: unknown field")
 
 
-@pytest.mark.parametrize("later_key", ["authentication", "schedulerURL"])
+@pytest.mark.parametrize("later_key", ["schedulerURL"])
 def test_keys_reserved_for_later_are_not_accepted_yet(later_key: str) -> None:
     assert errors_of({later_key: {}})[0].startswith(f"{later_key}: unknown field")
 
@@ -295,7 +295,8 @@ def test_restart_required_changes() -> None:
     new = parse_config(
         {"port": 10251, "cgroupRoot": "/x", "stateDir": "/srv/na", "maxPods": 5, "evictionHard": {}}, "new"
     )
-    assert restart_required_changes(old, new) == ["port", "cgroupRoot", "stateDir"]
+    # the default unixSocket lives under stateDir, so it moves with it
+    assert restart_required_changes(old, new) == ["port", "cgroupRoot", "stateDir", "unixSocket"]
     assert restart_required_changes(old, parse_config({"address": "::1", "cgroupDriver": "v1"}, "n")) == [
         "address",
         "cgroupDriver",

@@ -12,8 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
+from nodeagent.api.auth import Authenticator
 from nodeagent.api.backend import AdmissionError, AgentBackend, AlreadyExists
 from nodeagent.api.body import decode_body
+from nodeagent.api.metrics import Metrics
 from nodeagent.api.status import StatusError, status_middleware
 from nodeagent.errors import FieldError, ValidationErrors
 from nodeagent.qos import CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
@@ -162,10 +164,20 @@ async def list_events(request: web.Request) -> web.Response:
     return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
 
 
-def create_app(backend: AgentBackend, max_body: int = MAX_BODY) -> web.Application:
-    """The aiohttp application; the caller runs it (web.AppRunner) and owns its lifetime."""
-    app = web.Application(middlewares=[status_middleware], client_max_size=max_body)
+def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authenticator | None = None,
+               metrics: Metrics | None = None) -> web.Application:
+    """The aiohttp application; the caller runs it (web.AppRunner) and owns its lifetime.
+
+    Middleware order, outermost first: metrics (times every request, denied ones included),
+    status (exceptions -> Status), auth (after routing, before any handler). Without `auth`
+    every request is allowed (tests; the daemon always passes one). `metrics` adds GET /metrics.
+    """
+    middlewares = [*([metrics.middleware] if metrics else []), status_middleware,
+                   *([auth.middleware] if auth else [])]
+    app = web.Application(middlewares=middlewares, client_max_size=max_body)
     app[BACKEND] = backend
+    if metrics is not None:
+        app.router.add_get("/metrics", metrics.handle)
     pod = "/api/v1/namespaces/{ns}/pods/{name}"
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/v1/node", get_node)
