@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config test unit integration integration-v2 bench clean
+.PHONY: install run check-config test unit integration integration-v2 bench bench-agent bench-scheduler install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -43,8 +43,28 @@ integration: install
 integration-v2: install
 	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT) --basetemp=$(CURDIR)/.uml-pytest-tmp
 
-bench: install
+bench: bench-agent bench-scheduler
+
+## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
+bench-agent: install
 	$(BIN)/python bench/spawn_bench.py
+	$(BIN)/python bench/pod_start_bench.py
+	$(BIN)/python bench/idle_bench.py
+
+bench-scheduler: install
+	$(BIN)/python bench/scheduler_bench.py
+
+PREFIX  ?= /usr/local
+UNITDIR ?= /etc/systemd/system
+## Run the agent under systemd from this checkout's venv (as root).
+install-systemd: install
+	install -d -m 0755 /etc/nodeagent
+	[ -e /etc/nodeagent/config.yaml ] || install -m 0644 config/nodeagent.yaml /etc/nodeagent/config.yaml
+	$(BIN)/nodeagent check-config --config /etc/nodeagent/config.yaml > /dev/null
+	ln -sfn $(CURDIR)/$(BIN)/nodeagent $(PREFIX)/bin/nodeagent
+	sed 's#/usr/local/bin/nodeagent#$(PREFIX)/bin/nodeagent#' systemd/nodeagent.service > $(UNITDIR)/nodeagent.service
+	systemctl daemon-reload
+	@echo "now: systemctl enable --now nodeagent"
 
 clean:
 	rm -rf $(VENV) .uml-pytest-tmp .uml-work build *.egg-info

@@ -21,6 +21,15 @@ import structlog
 from aiohttp import web
 
 from nodeagent.api.app import create_app
+from nodeagent.api.auth import Authenticator, bind_unix_socket, check_bind_safety, make_ssl_context, unlink_unix_socket
+from nodeagent.api.metrics import (
+    Metrics,
+    NodeSnapshot,
+    pod_samples,
+    quantity_numbers,
+    signal_samples,
+    threshold_samples,
+)
 from nodeagent.cgroups import layout
 from nodeagent.cgroups.detect import make_driver
 from nodeagent.cgroups.driver import CgroupDriver
@@ -28,8 +37,10 @@ from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import Config
 from nodeagent.errors import FieldError
 from nodeagent.eviction.evaluate import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE
-from nodeagent.eviction.manager import EvictionManager
+from nodeagent.eviction.manager import EvictionManager, PassResult
+from nodeagent.eviction.notify import AdaptivePoll
 from nodeagent.eviction.signals import NodeObserver
+from nodeagent.eviction.wakeups import MemoryWakeups
 from nodeagent.events import EventRecorder
 from nodeagent.node.addresses import node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
@@ -43,6 +54,7 @@ from nodeagent.pods.worker import PodEnv
 from nodeagent.quantity import Quantity
 from nodeagent.runtime import logs
 from nodeagent.runtime.spawn import own_oom_score_adj
+from nodeagent.sdnotify import Notifier, watchdog_loop
 
 log = structlog.get_logger(__name__)
 
@@ -172,31 +184,78 @@ class Agent:
             transition_period=config.eviction_pressure_transition_period,
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
+            next_interval=AdaptivePoll(config.thresholds, max_s=config.housekeeping_interval),
         )
         self.manager.extra_admit = self.eviction.admit
+        enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
+        self.wakeups = MemoryWakeups(self.driver, self.eviction, enforced_memory)
+        self.eviction.on_pass.append(self.wakeups.after_pass)
         self.reporter = NodeReporter(config, self.capacity, self.allocatable, self.driver, self.clock,
                                      read_node_info(f"v{version}", f"cgroupfs-v{version}"),
                                      pressure=lambda: self.eviction.conditions)
         self.static = StaticPodSource(config.static_pod_path, node_name) if config.static_pod_path else None
         self.static_errors: list[Any] = []
+        # ---- report: API access, metrics, systemd ----
+        unsafe = check_bind_safety(config.address, config.authentication, tls=config.tls_cert_file is not None)
+        if unsafe:
+            raise FieldError("address", unsafe)
+        self.ssl_context = make_ssl_context(config)  # FieldError naming the key if unusable
+        self.auth = Authenticator.from_config(config)  # reads the token file now: fail at start
+        self.metrics = Metrics(self)
+        self.eviction.on_pass.append(self._observe_eviction_reaction)
+        self.notifier = Notifier.from_env()  # also removes NOTIFY_SOCKET from our environment
         self.runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
 
+    def metrics_snapshot(self) -> NodeSnapshot:
+        """The SnapshotProvider for /metrics: in-memory values only (called on the loop)."""
+        observations = self.eviction.last_observations
+        return NodeSnapshot(
+            capacity=quantity_numbers(self.capacity.as_quantities()),
+            allocatable=quantity_numbers(self.allocatable),
+            pods=pod_samples(self.manager.list_pods()),
+            evictions=dict(self.eviction.evictions_total),
+            signals=signal_samples(observations),
+            thresholds=threshold_samples(self.eviction.thresholds, observations),
+            conditions=self.eviction.conditions,
+        )
+
+    def _observe_eviction_reaction(self, result: PassResult) -> None:
+        """From the stats that met the threshold to the victims gone (the pass awaited the kills)."""
+        if result.evicted and result.signal and result.observed is not None and result.observed.time:
+            self.metrics.observe_eviction_reaction(result.signal, self.clock.now() - result.observed.time)
+
+    def status_line(self) -> str:
+        """One line for `systemctl status` (sd_notify STATUS=)."""
+        running = sum(1 for w in self.manager.pods.values() if w.running)
+        conditions = ", ".join(self.eviction.conditions) or "no pressure"
+        return f"{len(self.manager.pods)} pods ({running} running); {conditions}; API on {self.config.address}:{self.port}"
+
     async def start(self) -> None:
         adj = set_own_oom_score_adj()
+        self.notifier.status("restoring pods from checkpoints")
         self.manager.setup_cgroups()
         problems = await self.manager.restore()
         for p in problems:
             log.error("restore_problem", problem=p)
         self.reporter.addresses = await asyncio.to_thread(node_addresses)
+        self.eviction.observe_now()
+        await self.wakeups.start()
         await self.sync_static_pods()
-        self.runner = web.AppRunner(create_app(Backend(self)), access_log=None)
+        app = create_app(Backend(self), max_body=self.config.max_request_body_bytes, auth=self.auth,
+                         metrics=self.metrics)
+        self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.address, self.config.port)
-        await site.start()
+        await web.TCPSite(self.runner, self.config.address, self.config.port, ssl_context=self.ssl_context).start()
+        if self.config.unix_socket:
+            await web.SockSite(self.runner, bind_unix_socket(self.config.unix_socket)).start()
+        auth = self.config.authentication
         log.info("agent_ready", address=self.config.address, port=self.port, driver=f"v{self.driver.version}",
-                 pods=len(self.manager.pods), oom_score_adj=adj,
+                 pods=len(self.manager.pods), oom_score_adj=adj, unix_socket=self.config.unix_socket,
+                 tls=self.ssl_context is not None,
+                 authentication=auth if isinstance(auth, str) or auth is None else "token/x509",
                  allocatable={k: str(v) for k, v in self.allocatable.items()})
+        self.notifier.ready(status=self.status_line())  # after restore and with the API listening
 
     @property
     def port(self) -> int:
@@ -245,6 +304,7 @@ class Agent:
                 await self.sync_static_pods()
                 await asyncio.to_thread(self._rotate_logs)
                 self.manager.update_qos_cgroups()
+                self.notifier.status(self.status_line())
             except Exception:
                 log.exception("housekeeping_failed")
 
@@ -259,13 +319,28 @@ class Agent:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def request_reload(self) -> None:
+        """SIGHUP. Placeholder until config reload lands: re-read the token file only."""
+        self.notifier.reloading("reloading")
+        try:
+            self.auth.reload()
+            log.info("agent_reloaded", reloaded=["authentication.tokenFile"])
+        except Exception as e:  # a bad token file keeps the old token
+            log.error("agent_reload_failed", error=str(e))
+        finally:
+            self.notifier.ready(status=self.status_line())
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         await self.start()
-        tasks = [asyncio.create_task(self.housekeeping(), name="housekeeping"),
-                 asyncio.create_task(self.eviction.run(), name="eviction")]
+        eviction = asyncio.create_task(self.eviction.run(), name="eviction")
+        tasks = [asyncio.create_task(self.housekeeping(), name="housekeeping"), eviction,
+                 # pings from the loop: a blocked loop or a dead eviction loop gets us restarted
+                 asyncio.create_task(watchdog_loop(self.notifier, healthy=lambda: not eviction.done()),
+                                     name="sd-watchdog")]
         try:
             await self._stop.wait()
         finally:
@@ -276,8 +351,11 @@ class Agent:
 
     async def shutdown(self) -> None:
         log.info("agent_stopping")
+        self.notifier.stopping("stopping; pods keep running for the next agent")
         if self.runner is not None:
             await self.runner.cleanup()
+            unlink_unix_socket(self.config.unix_socket)
+        self.wakeups.close()
         await self.manager.wait_stopping()
         await self.manager.detach_all()
         log.info("agent_stopped", pods_left_running=len(self.manager.pods))

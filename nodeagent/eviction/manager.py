@@ -115,6 +115,10 @@ class EvictionManager:
         self.wake.set()
 
     # ---- one pass ----
+    def observe_now(self) -> dict[str, Observation]:
+        """Observe without deciding (start-up: the wake-up lines need a first observation)."""
+        return self._observe()
+
     def _observe(self) -> dict[str, Observation]:
         obs = self.observe()
         self.last_observations = obs
