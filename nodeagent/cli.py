@@ -130,13 +130,13 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     configure_logging(config.logging.level, config.logging.format)
     try:
-        agent = Agent(config)
+        agent = Agent(config, config_path=args.config)
     except (OSError, ValueError) as exc:
         print(f"{args.config or 'defaults'}: cannot start: {exc}", file=sys.stderr)
         return 1
     try:
         asyncio.run(agent.run())
-    except OSError as exc:  # e.g. the port is taken
+    except (OSError, ValueError) as exc:  # e.g. the port is taken, the socket is in use
         print(f"nodeagent: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -34,7 +34,9 @@ from nodeagent.cgroups import layout
 from nodeagent.cgroups.detect import make_driver
 from nodeagent.cgroups.driver import CgroupDriver
 from nodeagent.clock import Clock, SystemClock
-from nodeagent.config import Config
+from nodeagent.config import Config, ConfigError, load_config
+from nodeagent.logsetup import configure_logging
+from nodeagent.reload import ReloadResult, plan
 from nodeagent.errors import FieldError
 from nodeagent.eviction.evaluate import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE
 from nodeagent.eviction.manager import EvictionManager, PassResult
@@ -135,6 +137,9 @@ class Backend:
     def events(self) -> list[dict[str, Any]]:
         return self.agent.events.list()
 
+    async def reload_config(self) -> dict[str, Any]:
+        return (await self.agent.reload()).to_dict()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.manager, name)
 
@@ -153,8 +158,10 @@ def static_error_entry(error: Any) -> dict[str, Any]:
 class Agent:
     """Everything the running agent holds; `run()` until a stop signal."""
 
-    def __init__(self, config: Config, *, clock: Clock | None = None, driver: CgroupDriver | None = None) -> None:
+    def __init__(self, config: Config, *, config_path: str | None = None, clock: Clock | None = None,
+                 driver: CgroupDriver | None = None) -> None:
         self.config = config
+        self.config_path = config_path
         self.clock = clock or SystemClock()
         self.driver = driver or make_driver(config.cgroup_driver, config.cgroup_root)
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
@@ -206,6 +213,7 @@ class Agent:
         self.notifier = Notifier.from_env()  # also removes NOTIFY_SOCKET from our environment
         self.runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
 
     def metrics_snapshot(self) -> NodeSnapshot:
         """The SnapshotProvider for /metrics: in-memory values only (called on the loop)."""
@@ -320,15 +328,77 @@ class Agent:
         self._stop.set()
 
     def request_reload(self) -> None:
-        """SIGHUP. Placeholder until config reload lands: re-read the token file only."""
+        """SIGHUP: reload the config file in the background (the loop keeps serving)."""
+        task = asyncio.get_running_loop().create_task(self.reload(), name="reload")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def reload(self) -> ReloadResult:
+        """Re-read the config file; apply thresholds, reservations, limits and logging live.
+
+        A file that fails validation changes nothing: the running config and every pod stay.
+        Keys that need a restart (address, port, cgroupRoot, stateDir, ...) are reported.
+        """
         self.notifier.reloading("reloading")
         try:
-            self.auth.reload()
-            log.info("agent_reloaded", reloaded=["authentication.tokenFile"])
-        except Exception as e:  # a bad token file keeps the old token
-            log.error("agent_reload_failed", error=str(e))
+            result = await self._reload()
         finally:
             self.notifier.ready(status=self.status_line())
+        return result
+
+    async def _reload(self) -> ReloadResult:
+        if self.config_path is None:
+            return ReloadResult(ok=False, errors=["the agent runs on the embedded defaults: no file to reload"])
+        try:
+            new = await asyncio.to_thread(load_config, self.config_path)
+        except ConfigError as e:
+            log.error("config_reload_rejected", path=self.config_path, errors=e.errors)
+            return ReloadResult(ok=False, errors=list(e.errors))
+        cap = self.capacity.as_quantities()
+        problems = over_reserved(cap, new.kube_reserved, new.system_reserved, new.hard_thresholds)
+        if problems:
+            errors = [f"allocatable.{p}" for p in problems]
+            log.error("config_reload_rejected", path=self.config_path, errors=errors)
+            return ReloadResult(ok=False, errors=errors)
+        try:
+            self.auth.reload() if new.authentication == self.config.authentication else None
+        except Exception as e:  # a bad token file keeps the old token and the old config
+            log.error("config_reload_rejected", path=self.config_path, errors=[str(e)])
+            return ReloadResult(ok=False, errors=[f"authentication.tokenFile: {e}"])
+        result = plan(self.config, new)
+        self._apply(new)
+        log.info("config_reloaded", path=self.config_path, applied=result.applied,
+                 restart_required=result.restart_required)
+        return result
+
+    def _apply(self, new: Config) -> None:
+        """Swap in the new config: thresholds, allocatable, the pods cgroup, logging, intervals."""
+        configure_logging(new.logging.level, new.logging.format)
+        self.allocatable = node_allocatable(self.capacity.as_quantities(), new.kube_reserved,
+                                            new.system_reserved, new.hard_thresholds)
+        enforced = (enforced_pods_allocatable(self.capacity.internal_quantities(), new.kube_reserved,
+                                              new.system_reserved)
+                    if "pods" in new.enforce_node_allocatable else None)
+        self.manager.allocatable = dict(self.allocatable)
+        self.manager.enforced_allocatable = dict(enforced) if enforced else None
+        self.manager.max_pods = new.max_pods
+        self.reporter.allocatable = self.allocatable
+        self.reporter.config = new
+        self.eviction.set_thresholds(new.thresholds, transition_period=new.eviction_pressure_transition_period,
+                                     max_pod_grace_period=new.eviction_max_pod_grace_period)
+        self.eviction.interval = new.housekeeping_interval
+        self.eviction.next_interval = AdaptivePoll(new.thresholds, max_s=new.housekeeping_interval)
+        self.wakeups.enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
+        if enforced:
+            high = self.wakeups.lines[0] if self.driver.version == 2 and self.wakeups.lines else None
+            if high is not None and self.wakeups.enforced_memory:
+                high = min(high, self.wakeups.enforced_memory)
+            self.driver.update(layout.KUBEPODS, layout.kubepods_spec(enforced, memory_high=high))
+        if new.static_pod_path != self.config.static_pod_path:
+            self.static = StaticPodSource(new.static_pod_path, self.events.node_name) if new.static_pod_path else None
+        self.config = new
+        self.eviction.observe_now()
+        self.wakeups.after_pass(PassResult(conditions=self.eviction.conditions))
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

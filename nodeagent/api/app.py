@@ -159,6 +159,12 @@ async def read_log(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain")
 
 
+async def reload_config(request: web.Request) -> web.Response:
+    """Re-read the config file; 200 with what was applied, 422 with the errors if it was rejected."""
+    result = await _backend(request).reload_config()
+    return web.json_response(result, status=200 if result.get("ok") else 422)
+
+
 async def list_events(request: web.Request) -> web.Response:
     items = _backend(request).events()
     return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
@@ -189,6 +195,7 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authentica
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
     app.router.add_get("/api/v1/events", list_events)
+    app.router.add_post("/api/v1/config/reload", reload_config)
     return app
 
 

@@ -61,3 +61,7 @@ class AgentBackend(Protocol):
     def events(self) -> list[dict[str, Any]]:
         """Recent events (Kubernetes Event objects), newest last."""
         ...
+
+    async def reload_config(self) -> dict[str, Any]:
+        """Re-read the config file: a ConfigReload object with ok, applied, restartRequired, errors."""
+        ...
