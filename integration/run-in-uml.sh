@@ -51,6 +51,7 @@ mount -t proc proc /proc; mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
 for d in $(q "$PWD") $(q "$W"); do mkdir -p "\$d" 2>/dev/null; mount -t hostfs none "\$d" -o "\$d"; done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ip link set lo up 2>/dev/null || true
 sh $(q "$RUN/cmd.sh"); echo \$? > $(q "$RUN/rc")
 echo o > /proc/sysrq-trigger; sleep 10        # power off is async: keep PID 1 alive meanwhile
 EOF
