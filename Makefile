@@ -41,7 +41,7 @@ integration: install
 	$(BIN)/pytest integration $(PYTEST_IT)
 
 integration-v2: install
-	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT) --basetemp=$(CURDIR)/.uml-pytest-tmp
+	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT)
 
 bench: bench-agent bench-scheduler
 

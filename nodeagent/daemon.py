@@ -48,6 +48,8 @@ from nodeagent.node.addresses import node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
+from nodeagent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
+from nodeagent.node.static_pods import SOURCE_ANNOTATION as STATIC_SOURCE_ANNOTATION
 from nodeagent.node.static_pods import StaticPodSource
 from nodeagent.node.status import ConditionTracker, NodeStatusInput, build_node, read_node_info
 from nodeagent.pods.eviction_access import PodEvictionAccess
@@ -202,6 +204,7 @@ class Agent:
                                      pressure=lambda: self.eviction.conditions)
         self.static = StaticPodSource(config.static_pod_path, node_name) if config.static_pod_path else None
         self.static_errors: list[Any] = []
+        self._static_seen: set[tuple[str, str]] = set()  # static pod keys the files gave since start
         # ---- report: API access, metrics, systemd ----
         unsafe = check_bind_safety(config.address, config.authentication, tls=config.tls_cert_file is not None)
         if unsafe:
@@ -284,14 +287,26 @@ class Agent:
             return
         diff = await asyncio.to_thread(self.static.scan)
         self.static_errors = diff.errors
-        stopping = []
-        for sp in [*diff.removed, *diff.changed]:
-            worker = self.manager.pods.get(sp.key)
-            if worker is not None and not worker.terminal:
+        wanted = self.static.pods
+        removed = {sp.key for sp in diff.removed}
+        self._static_seen |= wanted.keys()
+        replacing = []
+        # Compare what runs with what the files say, not only with the previous scan: pods
+        # restored from checkpoints must follow files edited or removed while the agent was down.
+        for key, worker in list(self.manager.pods.items()):
+            annotations = worker.pod.metadata.annotations
+            if worker.terminal or annotations.get(STATIC_SOURCE_ANNOTATION) != "file":
+                continue
+            sp = wanted.get(key)
+            if sp is None and key not in removed and (key in self._static_seen or diff.errors):
+                continue  # a restored pod whose file may be the broken one: a bad edit never stops a pod
+            if sp is None or annotations.get(STATIC_HASH_ANNOTATION) != sp.hash:
                 grace = float(worker.pod.spec.termination_grace_period_seconds)
-                stopping.append(self.manager.terminate(worker, grace, remove=True))
-        if diff.changed:
-            await asyncio.gather(*stopping)
+                task = self.manager.terminate(worker, grace, remove=True)
+                if sp is not None:
+                    replacing.append(task)
+        if replacing:
+            await asyncio.gather(*replacing)
         for key, sp in self.static.pods.items():
             worker = self.manager.pods.get(key)
             if worker is not None and worker.reason == "Evicted" and worker.finished and not self.eviction.conditions:
@@ -311,7 +326,7 @@ class Agent:
             try:
                 await self.sync_static_pods()
                 await asyncio.to_thread(self._rotate_logs)
-                self.manager.update_qos_cgroups()
+                self.manager.update_qos_cgroups(force=True)
                 self.notifier.status(self.status_line())
             except Exception:
                 log.exception("housekeeping_failed")
@@ -396,6 +411,7 @@ class Agent:
             self.driver.update(layout.KUBEPODS, layout.kubepods_spec(enforced, memory_high=high))
         if new.static_pod_path != self.config.static_pod_path:
             self.static = StaticPodSource(new.static_pod_path, self.events.node_name) if new.static_pod_path else None
+            self._static_seen = set()  # pods of the old directory are no longer wanted
         self.config = new
         self.eviction.observe_now()
         self.wakeups.after_pass(PassResult(conditions=self.eviction.conditions))

@@ -60,7 +60,7 @@ def shares_to_cpu_weight_linear(shares: int) -> int:
 
 # ---- admission fit (kubelet lifecycle predicate / scheduler noderesources.Fits) -------------------
 
-from collections.abc import Iterable  # noqa: E402  (appended section; keeps the cpu part untouched)
+from collections.abc import Callable, Iterable, Mapping  # noqa: E402  (appended section; keeps the cpu part untouched)
 from dataclasses import dataclass  # noqa: E402
 from typing import TYPE_CHECKING  # noqa: E402
 
@@ -82,7 +82,7 @@ class FitResult:
     message: str = ""
 
 
-def _sum_per_resource(lists: Iterable[dict[str, Quantity]]) -> dict[str, Quantity]:
+def _sum_per_resource(lists: Iterable[Mapping[str, Quantity]]) -> dict[str, Quantity]:
     total: dict[str, Quantity] = {}
     for items in lists:
         for name, q in items.items():
@@ -107,7 +107,8 @@ def _amount(name: str, q: Quantity) -> int:
 
 
 def fits(
-    pod: Pod, allocatable: dict[str, Quantity], admitted: Iterable[Pod], max_pods: int
+    pod: Pod, allocatable: dict[str, Quantity], admitted: Iterable[Pod], max_pods: int,
+    *, requests_of: Callable[[Pod], Mapping[str, Quantity]] | None = None,
 ) -> FitResult:
     """Whether `pod` fits next to `admitted` pods: pod count first, then cpu, memory,
     ephemeral-storage and the other resources by name; the first shortfall is reported as the
@@ -116,13 +117,14 @@ def fits(
     Zero requests always fit. A resource the pod requests but the node does not have fails as
     OutOf<name>; unlike the kubelet we do not drop unknown extended resources from the check,
     since here no cluster-level component can satisfy them. A pod already in `admitted` (same uid)
-    is not counted twice.
+    is not counted twice. `requests_of` may return a cached `pod_requests` (the caller's).
     """
+    requests_of = requests_of or pod_requests
     others = [p for p in admitted if p.metadata.uid != pod.metadata.uid]
     if len(others) + 1 > max_pods:
         return _insufficient("pods", 1, len(others), max_pods)
     requested = pod_requests(pod)
-    used = _sum_per_resource(pod_requests(p) for p in others)
+    used = _sum_per_resource(requests_of(p) for p in others)
     zero = Quantity.from_value(0)
     rest = sorted(n for n in requested if n not in _FIRST_CHECKED)
     for name in [*(n for n in _FIRST_CHECKED if n in requested), *rest]:

@@ -153,9 +153,14 @@ def qos_cgroup_specs(pods: Iterable[Pod]) -> dict[str, CgroupSpec]:
         cpu = pod_requests(pod).get("cpu")
         if cpu is not None:
             burstable_milli += cpu.milli_value()
+    return qos_tier_specs(burstable_milli)
+
+
+def qos_tier_specs(burstable_cpu_milli: int) -> dict[str, CgroupSpec]:
+    """The QoS tiers' specs from the summed cpu requests of the Burstable pods (millicores)."""
     return {
         BESTEFFORT_PATH: CgroupSpec(cpu_shares=MIN_SHARES),
-        BURSTABLE_PATH: CgroupSpec(cpu_shares=milli_cpu_to_shares(burstable_milli)),
+        BURSTABLE_PATH: CgroupSpec(cpu_shares=milli_cpu_to_shares(burstable_cpu_milli)),
     }
 
 
@@ -167,7 +172,8 @@ def kubepods_spec(
     subtracted). `memory_high` lets the agent add its early-throttle line (v2 only)."""
     memory = enforced_allocatable.get("memory")
     cpu = enforced_allocatable.get("cpu")
-    pids = enforced_allocatable.get("pids")
+    # the kubelet's internal resource is "pid" (Capacity.internal_quantities); "pids" kept as an alias
+    pids = enforced_allocatable.get("pid", enforced_allocatable.get("pids"))
     memory_max = memory.value() if memory is not None else None
     if memory_max is not None and memory_max <= 0:
         raise FieldError("allocatable.memory", f"{memory} leaves nothing for pods")

@@ -24,12 +24,14 @@ from nodeagent.cgroups.common import (
     DEFAULT_SHARES,
     CgroupError,
     normalize_root,
+    read_flat_keyed,
     read_int,
     rmdir_retry,
     signal_until_empty,
     split_rel,
     subdirs,
     validate_spec,
+    walk_top_down,
     write_text,
 )
 from nodeagent.cgroups.driver import CgroupSpec, CgroupStats
@@ -37,6 +39,7 @@ from nodeagent.cgroups.driver import CgroupSpec, CgroupStats
 log = structlog.get_logger(__name__)
 
 CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
+DEFAULT_PERIOD_US = 100_000  # cpu.cfs_period_us of a new cgroup
 LOWER_RETRIES = 5  # memory.limit_in_bytes below usage: the kernel reclaims, then says EBUSY
 
 
@@ -106,13 +109,51 @@ class CgroupV1Driver:
     # -- create / update -----------------------------------------------------------------------
 
     def create(self, path: str, spec: CgroupSpec) -> None:
+        """mkdir the leaf in each hierarchy (the ancestors only when one is missing); a cgroup
+        this call made gets only the values that differ from a new cgroup's kernel defaults,
+        written straight to the files (no reads): pod start pays ~4 syscalls per hierarchy."""
         validate_spec(spec)
         parts = self._parts(path)
+        fresh = True
         for mount in self._mounts:
-            parent = Node(mount.encode())
-            for part in parts:  # cgroupspy's create_cgroup tolerates EEXIST
-                parent = parent.create_cgroup(part)
-        self._apply(path, spec)
+            try:
+                os.mkdir(os.path.join(mount, *parts))
+            except FileExistsError:
+                fresh = False
+            except FileNotFoundError:  # an ancestor is missing: make the chain
+                parent = Node(mount.encode())
+                for part in parts:  # cgroupspy's create_cgroup tolerates EEXIST
+                    parent = parent.create_cgroup(part)
+        if fresh:
+            self._apply_fresh(parts, spec)
+        else:
+            self._apply(path, spec)
+
+    def _apply_fresh(self, parts: list[str], spec: CgroupSpec) -> None:
+        """A new v1 cgroup starts at cpu.shares 1024, no cfs quota, period 100 ms, no memory or
+        memsw limit, pids.max max: write only what differs, in an order the kernel accepts."""
+        def put(controller: str, name: str, value: object) -> None:
+            write_text(os.path.join(self.hierarchies[controller], *parts, name), str(value))
+
+        if "cpu" in self.hierarchies:
+            if spec.cpu_shares is not None and spec.cpu_shares != DEFAULT_SHARES:
+                put("cpu", "cpu.shares", spec.cpu_shares)
+            if spec.cpu_period_us != DEFAULT_PERIOD_US:
+                put("cpu", "cpu.cfs_period_us", spec.cpu_period_us)
+            if spec.cpu_quota_us is not None:
+                put("cpu", "cpu.cfs_quota_us", spec.cpu_quota_us)
+        elif spec.cpu_shares is not None or spec.cpu_quota_us is not None:
+            log.warning("cgroup_controller_unavailable", path="/".join(parts), controller="cpu")
+        if spec.memory_max is not None:  # lowering from unlimited: limit first, then memsw
+            put("memory", "memory.limit_in_bytes", spec.memory_max)
+            memsw = os.path.join(self.hierarchies["memory"], *parts, "memory.memsw.limit_in_bytes")
+            if os.path.exists(memsw):
+                write_text(memsw, str(spec.memory_max))
+        if spec.pids_max is not None:
+            if "pids" in self.hierarchies:
+                put("pids", "pids.max", spec.pids_max)
+            else:
+                log.warning("cgroup_controller_unavailable", path="/".join(parts), controller="pids")
 
     def update(self, path: str, spec: CgroupSpec) -> None:
         validate_spec(spec)
@@ -245,6 +286,21 @@ class CgroupV1Driver:
                 "cpu_nr_periods": nr_periods,
             },
         )
+
+    def memory_usage(self, path: str) -> tuple[int, int]:
+        """(usage, inactive file) bytes: what memory eviction needs, in two file reads (stats()
+        also walks the whole subtree for oom_kill, O(pods) on kubepods)."""
+        d = os.path.join(self.hierarchies["memory"], *self._parts(path))
+        usage = read_int(os.path.join(d, "memory.usage_in_bytes"))
+        return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("total_inactive_file", 0)
+
+    def oom_kill_count(self, path: str) -> int:
+        """Summed over the subtree like stats(), from plain memory.oom_control reads."""
+        top = os.path.join(self.hierarchies["memory"], *self._parts(path))
+        if not os.path.isdir(top):
+            raise CgroupError(errno.ENOENT, f"oom_kill_count {path}: no such cgroup")
+        return sum(read_flat_keyed(os.path.join(d, "memory.oom_control")).get("oom_kill", 0)
+                   for d in walk_top_down(top))
 
     # -- kill / remove -------------------------------------------------------------------------
 

@@ -38,6 +38,10 @@ log = structlog.get_logger(__name__)
 
 WANTED_CONTROLLERS = ("cpu", "memory", "pids")
 DEFAULT_CPU_WEIGHT = 100
+_NEW_CGROUP_DEFAULTS = {  # what a cgroup reads right after mkdir
+    "cpu.weight": str(DEFAULT_CPU_WEIGHT), "cpu.max": "max 100000", "memory.high": "max",
+    "memory.max": "max", "memory.swap.max": "max", "pids.max": "max",
+}
 
 
 class CgroupV2Driver:
@@ -72,11 +76,16 @@ class CgroupV2Driver:
     # -- create / update -----------------------------------------------------------------------
 
     def create(self, path: str, spec: CgroupSpec) -> None:
+        """A cgroup this call made gets only the values that differ from a new cgroup's defaults."""
         validate_spec(spec)
         d = self._dir(path)
         self._prepare_ancestors(d)
-        os.makedirs(d, exist_ok=True)
-        self._apply(d, spec)
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            self._apply(d, spec)
+        else:
+            self._apply(d, spec, fresh=True)
 
     def update(self, path: str, spec: CgroupSpec) -> None:
         validate_spec(spec)
@@ -100,8 +109,9 @@ class CgroupV2Driver:
         """
         parent = os.path.dirname(d)
         try:
-            if self._wanted() <= set(read_text(os.path.join(parent, "cgroup.controllers")).split()):
-                self._enable_subtree(parent)
+            available = set(read_text(os.path.join(parent, "cgroup.controllers")).split())
+            if self._wanted() <= available:
+                self._enable_subtree(parent, available)
                 return
         except FileNotFoundError:
             pass
@@ -115,11 +125,12 @@ class CgroupV2Driver:
                 os.mkdir(cur)
             self._enable_subtree(cur)
 
-    def _enable_subtree(self, d: str) -> None:
-        try:
-            available = set(read_text(os.path.join(d, "cgroup.controllers")).split())
-        except FileNotFoundError:  # not a cgroup directory (a fake tree in tests): nothing to do
-            return
+    def _enable_subtree(self, d: str, available: set[str] | None = None) -> None:
+        if available is None:
+            try:
+                available = set(read_text(os.path.join(d, "cgroup.controllers")).split())
+            except FileNotFoundError:  # not a cgroup directory (a fake tree in tests): nothing to do
+                return
         enabled = set(read_text(os.path.join(d, "cgroup.subtree_control")).split())
         missing = [c for c in WANTED_CONTROLLERS if c in available and c not in enabled]
         if not missing:
@@ -133,7 +144,8 @@ class CgroupV2Driver:
             ) from e
         log.info("cgroup_controllers_enabled", path=d, controllers=",".join(missing))
 
-    def _apply(self, d: str, spec: CgroupSpec) -> None:
+    def _apply(self, d: str, spec: CgroupSpec, *, fresh: bool = False) -> None:
+        """Write the spec's files; on a `fresh` cgroup skip the values the kernel starts with."""
         shares = spec.cpu_shares
         weight = DEFAULT_CPU_WEIGHT if shares is None else shares_to_cpu_weight(shares)
         quota = "max" if spec.cpu_quota_us is None else str(spec.cpu_quota_us)
@@ -148,6 +160,8 @@ class CgroupV2Driver:
             ("pids.max", _max(spec.pids_max), spec.pids_max is not None),
         ]
         for name, value, requested in values:
+            if fresh and value == _NEW_CGROUP_DEFAULTS[name]:
+                continue
             f = os.path.join(d, name)
             if not os.path.exists(f):
                 if requested:  # the kernel does not offer this controller here
@@ -200,6 +214,18 @@ class CgroupV2Driver:
                 "cpu_nr_periods": cpu.get("nr_periods", 0),
             },
         )
+
+    def memory_usage(self, path: str) -> tuple[int, int]:
+        """(usage, inactive file) bytes: what memory eviction needs, in two file reads."""
+        d = self._dir(path)
+        usage = read_int(os.path.join(d, "memory.current"))
+        return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("inactive_file", 0)
+
+    def oom_kill_count(self, path: str) -> int:
+        d = self._dir(path)
+        if not os.path.isdir(d):
+            raise CgroupError(errno.ENOENT, f"oom_kill_count {d}: no such cgroup")
+        return read_flat_keyed(os.path.join(d, "memory.events")).get("oom_kill", 0)
 
     # -- kill / remove -------------------------------------------------------------------------
 

@@ -60,6 +60,17 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def kubepods_memory(driver: CgroupDriver) -> tuple[int, int]:
+    """(usage, inactive file) of the pods cgroup; the drivers' two-file read where they have it
+    (stats() reads every controller, and on v1 walks every pod's cgroup for oom_kill)."""
+    cheap = getattr(driver, "memory_usage", None)
+    if cheap is not None:
+        usage, inactive = cheap(layout.KUBEPODS)
+        return int(usage), int(inactive)
+    stats = driver.stats(layout.KUBEPODS)
+    return stats.memory_usage, stats.memory_inactive_file
+
+
 @dataclass
 class NodeObserver:
     """Reads every node signal; cheap enough to call on every wake-up (a few file reads)."""
@@ -78,10 +89,10 @@ class NodeObserver:
         if not self.allocatable_memory:
             return None
         try:
-            stats = self.driver.stats(layout.KUBEPODS)
+            usage, inactive_file = kubepods_memory(self.driver)
         except OSError:
             return None
-        return memory_available(self.allocatable_memory, stats.memory_usage, stats.memory_inactive_file, self.now())
+        return memory_available(self.allocatable_memory, usage, inactive_file, self.now())
 
     def filesystems(self) -> dict[str, Observation]:
         def fs(path: str) -> FsStats:

@@ -3,19 +3,25 @@
     cgroup v1: memcg threshold eventfds on the agent's kubepods cgroup, one line per memory
                threshold, at the kubepods usage where the signal would reach the threshold
                (re-armed after each pass as the line moves); PSI on /proc/pressure/memory.
-    cgroup v2: memory.high on kubepods at the hard threshold's line (crossing it throttles the
-               allocator and bumps memory.events "high", which inotify turns into a wake-up);
-               PSI where the kernel has it.
+    cgroup v2: memory.high on kubepods HIGH_MARGIN above the hard threshold's line (crossing
+               it throttles the allocator and bumps memory.events "high", which inotify turns
+               into a wake-up that finds the threshold met); PSI where the kernel has it.
     always:    adaptive polling (AdaptivePoll), from housekeepingInterval down to 50 ms.
 
-The line for memory.available (node level) in kubepods terms is usage_now + (available_now - T):
-pods growing by the remaining headroom is what brings the node to the threshold. For
-allocatableMemory.available it is simply enforced_memory - T. The agent never writes to a cgroup
+Which kernel mechanisms are armed can be narrowed (benchmarks, or a kernel where one misbehaves)
+with NODEAGENT_EVICTION_WAKEUPS: a comma list of "psi", "memcg", "memory-events", or "none"
+(adaptive polling only: no notifier and no memory.high); unset or "all" arms what the kernel has.
+
+The line for a memory signal in kubepods usage terms is usage_now + (available_now - T): pods
+growing by the remaining headroom is what brings the signal to the threshold. For
+allocatableMemory.available that is enforced_memory - T + inactive_file (enforced_memory - T
+before the first observation). The agent never writes to a cgroup
 it did not create: the root memory cgroup gets no event_control registration.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import structlog
@@ -37,11 +43,38 @@ from nodeagent.eviction.notify import (
     start_all,
 )
 from nodeagent.eviction.observations import Observation
+from nodeagent.eviction.signals import kubepods_memory
 from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
 
 log = structlog.get_logger(__name__)
 
-REARM_SLACK = 8 * 1024 * 1024  # re-arm only when a line moved by more than this
+REARM_SLACK = 2 * 1024 * 1024  # re-arm only when a line moved by more than this
+# memory.high sits this far ABOVE the line (in kubepods usage): the line is an estimate (the node's
+# other usage moves, file pages count differently in memory.current and memory.available), and a
+# memory.high below the true line throttles the allocator short of the threshold, where a wake-up
+# finds nothing to evict and the hog creeps on throttled (measured in the UML guest: 330 ms from
+# crossing to eviction). Above it, the first "high" event finds the threshold met. Kept small: a hog crossing it must first allocate the margin (4 MiB is
+# ~3 ms on the host, ~30 ms in the UML guest, where every page fault is slow).
+HIGH_MARGIN = 4 * 1024 * 1024
+HIGH_SLACK = 1024 * 1024  # memory.high follows the line closely (one write per move)
+WAKEUPS_ENV = "NODEAGENT_EVICTION_WAKEUPS"
+PSI, MEMCG, MEMORY_EVENTS = "psi", "memcg", "memory-events"
+MECHANISMS = frozenset({PSI, MEMCG, MEMORY_EVENTS})
+
+
+def parse_mechanisms(text: str | None) -> frozenset[str]:
+    """The kernel mechanisms to arm from NODEAGENT_EVICTION_WAKEUPS: unset/""/"all" -> all,
+    "none" -> none (adaptive polling only), else a comma list of psi, memcg, memory-events."""
+    words = {w.strip() for w in (text or "").split(",") if w.strip()}
+    if not words or words == {"all"}:
+        return MECHANISMS
+    if words == {"none"}:
+        return frozenset()
+    unknown = words - MECHANISMS
+    if unknown:
+        raise ValueError(f"{WAKEUPS_ENV}: unknown mechanism(s) {sorted(unknown)}; "
+                         f"use all, none or a comma list of {sorted(MECHANISMS)}")
+    return frozenset(words)
 
 
 def kubepods_lines(thresholds: Sequence[Threshold], observations: dict[str, Observation], pods_usage: int,
@@ -49,9 +82,14 @@ def kubepods_lines(thresholds: Sequence[Threshold], observations: dict[str, Obse
     """kubepods usage values (bytes) at which each memory threshold would be reached (pure)."""
     lines: set[int] = set()
     node = observations.get(MEMORY_AVAILABLE)
+    pods = observations.get(ALLOCATABLE_MEMORY_AVAILABLE)
     for t in thresholds:
         if t.signal == MEMORY_AVAILABLE and node is not None:
             lines.add(max(1, pods_usage + node.available - t.value_for(node.capacity)))
+        elif t.signal == ALLOCATABLE_MEMORY_AVAILABLE and pods is not None:
+            # the same rule: the signal is enforced - (usage - inactive_file), so in usage terms
+            # the line is enforced - T + inactive_file (page cache in kubepods moves it up)
+            lines.add(max(1, pods_usage + pods.available - t.value_for(pods.capacity)))
         elif t.signal == ALLOCATABLE_MEMORY_AVAILABLE and enforced_memory:
             lines.add(max(1, enforced_memory - t.value_for(enforced_memory)))
     return sorted(lines)
@@ -66,7 +104,9 @@ def moved(old: Sequence[int], new: Sequence[int], slack: int = REARM_SLACK) -> b
 class MemoryWakeups:
     """Arms the notifiers for the current thresholds and keeps their lines where the thresholds are."""
 
-    def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None) -> None:
+    def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None,
+                 mechanisms: frozenset[str] | None = None) -> None:
+        self.mechanisms = parse_mechanisms(os.environ.get(WAKEUPS_ENV)) if mechanisms is None else mechanisms
         self.driver = driver
         self.manager = manager
         self.enforced_memory = enforced_memory
@@ -78,7 +118,7 @@ class MemoryWakeups:
         self._kubepods = memcg_dir(driver, layout.KUBEPODS)
 
     def _pods_usage(self) -> int:
-        return self.driver.stats(layout.KUBEPODS).memory_usage
+        return kubepods_memory(self.driver)[0]
 
     def _current_lines(self, hard_only: bool) -> list[int]:
         thresholds = [t for t in self.manager.thresholds if is_hard(t) or not hard_only]
@@ -87,36 +127,47 @@ class MemoryWakeups:
 
     async def start(self) -> dict[str, str]:
         """Arm what this kernel offers; returns {mechanism: why unavailable}."""
-        candidates: list[Notifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)]
+        candidates: list[Notifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)] if PSI in self.mechanisms else []
         if self.driver.version == 1:
             self.lines = self._current_lines(hard_only=False)
-            if self.lines:
+            if self.lines and MEMCG in self.mechanisms:
                 self._memcg = MemcgThresholdNotifier(self.wake, self._kubepods, self.lines)
                 candidates.append(self._memcg)
-        else:
+        elif MEMORY_EVENTS in self.mechanisms:
             self._apply_memory_high()
             candidates.append(MemoryEventsNotifier(self.wake, self._kubepods, keys=("high", "max", "oom", "oom_kill")))
         self.notifiers, self.unavailable = await start_all(candidates)
+        self.unavailable.update({m: f"disabled by {WAKEUPS_ENV}" for m in sorted(MECHANISMS - self.mechanisms)})
         if self._memcg is not None and self._memcg not in self.notifiers:
             self._memcg = None
         log.info("eviction_wakeups_armed", armed=[n.name for n in self.notifiers], unavailable=self.unavailable,
                  lines=self.lines)
         return self.unavailable
 
-    def _apply_memory_high(self) -> None:
+    def _memory_high(self) -> int | None:
+        """The kubepods memory.high for the current lines: the lowest hard line + HIGH_MARGIN."""
         lines = self._current_lines(hard_only=True)
-        value = min(lines) if lines else None
+        value = min(lines) + HIGH_MARGIN if lines else None
         if self.enforced_memory and value is not None:
             value = min(value, self.enforced_memory)
+        return value
+
+    def _apply_memory_high(self, value: int | None = None) -> None:
+        value = self._memory_high() if value is None else value
         try:
             set_memory_high(self._kubepods, value)
             self.lines = [value] if value is not None else []
         except OSError as e:
             log.warning("memory_high_set_failed", error=str(e))
 
-    def after_pass(self, _result: PassResult) -> None:
+    def after_pass(self, result: PassResult) -> None:
         """Move the lines with the node: a line is only right for the usage it was computed at."""
         try:
+            if result.evicted:
+                # the pass observed before its kills: a line from that observation and the usage
+                # after them would sit below the threshold by what the victims freed (on v2 a
+                # memory.high there would throttle the survivors until the next pass)
+                self.manager.observe_now()
             if self.driver.version == 1:
                 if self._memcg is None:
                     return
@@ -124,10 +175,10 @@ class MemoryWakeups:
                 if new and moved(self.lines, new):
                     self._memcg.rearm(new)
                     self.lines = new
-            else:
-                new = self._current_lines(hard_only=True)
-                if new and moved(self.lines, new[:1]):
-                    self._apply_memory_high()
+            elif MEMORY_EVENTS in self.mechanisms:
+                value = self._memory_high()
+                if value is not None and moved(self.lines, [value], HIGH_SLACK):
+                    self._apply_memory_high(value)
         except (OSError, ValueError) as e:
             log.warning("eviction_wakeups_rearm_failed", error=str(e))
 

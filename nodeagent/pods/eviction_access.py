@@ -61,7 +61,10 @@ class PodEvictionAccess:
         freed = 0
         for worker in list(self.manager.pods.values()):
             pod_dir = self._pod_dir(worker.pod)
-            if worker.terminal and worker.finished:
+            # every finished pod, not only deleted/evicted ones: a completed pod (restartPolicy
+            # Never/OnFailure) still listed holds dead containers, which the kubelet's
+            # DeleteAllUnusedContainers removes for disk pressure as well
+            if worker.finished:
                 freed += _tree_size(pod_dir)
                 m = worker.pod.metadata
                 logs.remove_pod_logs(self.manager.env.state_dir, m.namespace, m.name, m.uid)

@@ -21,7 +21,8 @@ from nodeagent.model import Pod, parse_pod
 from nodeagent.node.checkpoint import CheckpointStore, PodRecord
 from nodeagent.pods.worker import PodEnv, PodWorker
 from nodeagent.quantity import Quantity
-from nodeagent.resources import fits
+from nodeagent.qos import BURSTABLE
+from nodeagent.resources import fits, pod_requests
 from nodeagent.runtime import logs
 
 log = structlog.get_logger(__name__)
@@ -51,6 +52,7 @@ class PodManager:
         self._saver: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        self._qos_applied: dict[str, CgroupSpec] = {}
 
     # ---- setup ----
     def setup_cgroups(self) -> None:
@@ -60,11 +62,16 @@ class PodManager:
         driver.create(layout.KUBEPODS, spec)
         self.update_qos_cgroups()
 
-    def update_qos_cgroups(self) -> None:
-        """QoS tier weights from the pods that are admitted now (burstable = sum of requests)."""
-        pods = [w.pod for w in self.pods.values() if not w.terminal]
-        for path, spec in layout.qos_cgroup_specs(pods).items():
-            self.env.driver.create(path, spec)
+    def update_qos_cgroups(self, *, force: bool = False) -> None:
+        """QoS tier weights from the pods that are admitted now (burstable = sum of requests).
+
+        Only a tier whose spec changed is written; `force` rewrites both (housekeeping does, so
+        a value changed behind our back is put right within an interval)."""
+        milli = sum(w.cpu_request_milli for w in self.pods.values() if not w.terminal and w.qos == BURSTABLE)
+        for path, spec in layout.qos_tier_specs(milli).items():
+            if force or self._qos_applied.get(path) != spec:
+                self.env.driver.create(path, spec)
+                self._qos_applied[path] = spec
 
     async def restore(self) -> list[str]:
         """Re-adopt pods from the checkpoints; remove cgroups of pods nobody knows. Problems as text."""
@@ -139,7 +146,9 @@ class PodManager:
         key = (pod.metadata.namespace, pod.metadata.name)
         if key in self.pods:
             raise AlreadyExists(*key)
-        result = fits(pod, self.allocatable, self.active_pods(), self.max_pods)
+        known = {w.pod.metadata.uid: w.requests for w in self.pods.values()}
+        result = fits(pod, self.allocatable, self.active_pods(), self.max_pods,
+                      requests_of=lambda p: known.get(p.metadata.uid) or pod_requests(p))
         if not result.ok:
             raise AdmissionError(result.reason or "OutOfResources", result.message)
         if self.extra_admit is not None:

@@ -22,6 +22,7 @@ from nodeagent.clock import Clock
 from nodeagent.model import Pod
 from nodeagent.node.checkpoint import ContainerRecord, PodRecord
 from nodeagent.qos import is_static, oom_score_adj, qos_class
+from nodeagent.resources import pod_requests
 from nodeagent.runtime import logs
 from nodeagent.runtime.backoff import CrashBackoff
 from nodeagent.runtime.cgroup_handle import DriverCgroup
@@ -83,6 +84,9 @@ class PodWorker:
         self.pod = pod
         self.env = env
         self.qos = qos_class(pod)
+        self.requests = pod_requests(pod)  # the pod is frozen: admission and QoS weights reuse it
+        cpu = self.requests.get("cpu")
+        self.cpu_request_milli = cpu.milli_value() if cpu is not None else 0
         self.cgroup_path = layout.pod_path(self.qos, pod.metadata.uid)
         self._on_change = on_change
         self.workers: dict[str, ContainerWorker] = {}

@@ -244,6 +244,7 @@ def is_same_process(pid: int, start_time: int) -> bool:
     return process_start_time(pid) == start_time
 
 
+@lru_cache(maxsize=1)
 def has_cap_sys_resource() -> bool:
     """Whether this process may lower oom_score_adj below its inherited minimum."""
     with open("/proc/self/status") as f:

@@ -1,0 +1,353 @@
+"""PodManager with real short processes and an in-memory cgroup tree (tests/fakes.py).
+
+Admission, the cgroups asked for, restart policies, deletion with a grace period, checkpoints,
+re-adoption by a second manager (what an agent restart does), orphan cgroup removal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fakes import FakeCgroupDriver
+from nodeagent.api.backend import AdmissionError, AlreadyExists
+from nodeagent.cgroups.driver import CgroupSpec
+from nodeagent.clock import SystemClock
+from nodeagent.errors import FieldError
+from nodeagent.node.checkpoint import CheckpointStore
+from nodeagent.pods.manager import PodManager
+from nodeagent.pods.worker import PodEnv
+from nodeagent.quantity import parse_quantity
+from nodeagent.resources import milli_cpu_to_shares
+from nodeagent.runtime.backoff import CrashBackoff
+
+GI = 1 << 30
+MI = 1 << 20
+SLEEP = "exec sleep 30"
+
+
+def manifest(name: str, script: str = SLEEP, *, restart: str = "Always", uid: str | None = None,
+             requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+             grace: int | None = None, containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    spec: dict[str, Any] = {
+        "containers": containers or [{"name": "main", "command": ["/bin/sh", "-c", script], "resources": resources}],
+        "restartPolicy": restart,
+    }
+    if grace is not None:
+        spec["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4())}, "spec": spec}
+
+
+def make_manager(state_dir: Path, driver: FakeCgroupDriver, *, max_pods: int = 10) -> PodManager:
+    env = PodEnv(driver=driver, state_dir=str(state_dir), memory_capacity=4 * GI, clock=SystemClock(),
+                 backoff_factory=lambda: CrashBackoff(initial=0.05, maximum=0.2))
+    allocatable = {"cpu": parse_quantity("2"), "memory": parse_quantity("1Gi"), "pods": parse_quantity(str(max_pods))}
+    manager = PodManager(env, CheckpointStore(state_dir), allocatable=allocatable,
+                         enforced_allocatable={"cpu": parse_quantity("2"), "memory": parse_quantity("2Gi")},
+                         max_pods=max_pods)
+    manager.setup_cgroups()
+    return manager
+
+
+@pytest.fixture
+def driver() -> FakeCgroupDriver:
+    return FakeCgroupDriver()
+
+
+@pytest.fixture
+async def manager(tmp_path: Path, driver: FakeCgroupDriver):  # type: ignore[no-untyped-def]
+    m = make_manager(tmp_path, driver)
+    yield m
+    await stop_all(m)
+
+
+async def stop_all(m: PodManager) -> None:
+    """Kill whatever a test left running (only processes it started)."""
+    for w in list(m.pods.values()):
+        if not w.terminal:
+            m.terminate(w, 0, remove=True)
+    await m.wait_stopping()
+    await m.flush()
+
+
+async def until(fn: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
+        await asyncio.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return False
+    return data[data.rindex(b")") + 2:].split()[0] != b"Z"
+
+
+def status(m: PodManager, name: str, container: str = "main") -> dict[str, Any]:
+    pod = m.get_pod("default", name)
+    assert pod is not None, name
+    return next(cs for cs in pod["status"]["containerStatuses"] if cs["name"] == container)
+
+
+def pid_of(m: PodManager, name: str, container: str = "main") -> int | None:
+    return m.pods[("default", name)].workers[container].pid
+
+
+# ---- cgroups ----
+
+
+def test_setup_creates_kubepods_with_enforced_allocatable_and_qos_tiers(manager: PodManager,
+                                                                         driver: FakeCgroupDriver) -> None:
+    assert driver.specs["kubepods"].memory_max == 2 * GI
+    assert driver.specs["kubepods"].cpu_shares == 2048
+    assert driver.specs["kubepods/burstable"].cpu_shares == 2
+    assert driver.specs["kubepods/besteffort"].cpu_shares == 2
+
+
+async def test_create_runs_the_command_in_cgroups_with_its_limits(manager: PodManager,
+                                                                    driver: FakeCgroupDriver) -> None:
+    uid = str(uuid.uuid4())
+    out = await manager.create_pod(manifest("web", uid=uid, limits={"cpu": "250m", "memory": "64Mi"}))
+    assert out["status"]["qosClass"] == "Guaranteed"
+    pod_spec = driver.specs[f"kubepods/pod{uid}"]
+    assert (pod_spec.cpu_shares, pod_spec.cpu_quota_us, pod_spec.memory_max) == (256, 25000, 64 * MI)
+    c_spec = driver.specs[f"kubepods/pod{uid}/main"]
+    assert (c_spec.cpu_shares, c_spec.cpu_quota_us, c_spec.memory_max) == (256, 25000, 64 * MI)
+    pid = await until(lambda: pid_of(manager, "web"), what="a pid")
+    assert alive(pid)
+    cs = status(manager, "web")
+    assert "running" in cs["state"] and cs["containerID"].startswith(f"nodeagent://{pid}@")
+    assert manager.get_pod("default", "web")["status"]["phase"] == "Running"  # type: ignore[index]
+
+
+async def test_burstable_tier_weighs_the_sum_of_its_pods_requests(manager: PodManager,
+                                                                   driver: FakeCgroupDriver) -> None:
+    await manager.create_pod(manifest("a", requests={"cpu": "100m"}))
+    await manager.create_pod(manifest("b", requests={"cpu": "200m"}))
+    await manager.create_pod(manifest("c"))  # BestEffort: not counted
+    assert driver.specs["kubepods/burstable"].cpu_shares == milli_cpu_to_shares(300)
+    await manager.delete_pod("default", "b", 0)
+    await manager.wait_stopping()
+    assert driver.specs["kubepods/burstable"].cpu_shares == milli_cpu_to_shares(100)
+    assert driver.specs["kubepods/besteffort"].cpu_shares == 2
+
+
+# ---- admission ----
+
+
+async def test_admission_refuses_what_does_not_fit_and_starts_nothing(manager: PodManager,
+                                                                       driver: FakeCgroupDriver) -> None:
+    await manager.create_pod(manifest("a", requests={"cpu": "1500m", "memory": "512Mi"}))
+    before = dict(driver.specs)
+    uid = str(uuid.uuid4())
+    with pytest.raises(AdmissionError) as e:
+        await manager.create_pod(manifest("b", uid=uid, requests={"cpu": "600m"}))
+    assert e.value.reason == "OutOfcpu"
+    with pytest.raises(AdmissionError) as e:
+        await manager.create_pod(manifest("c", requests={"memory": "600Mi"}))
+    assert e.value.reason == "OutOfmemory"
+    with pytest.raises(AlreadyExists):
+        await manager.create_pod(manifest("a"))
+    assert [p["metadata"]["name"] for p in manager.list_pods()] == ["a"]
+    assert driver.specs == before  # not one cgroup made for a refused pod
+    assert not list((Path(manager.env.state_dir) / "pods").glob("*_b_*"))
+
+
+async def test_max_pods(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    m = make_manager(tmp_path, driver, max_pods=2)
+    try:
+        await m.create_pod(manifest("a"))
+        await m.create_pod(manifest("b"))
+        with pytest.raises(AdmissionError) as e:
+            await m.create_pod(manifest("c"))
+        assert e.value.reason == "OutOfpods"
+    finally:
+        await stop_all(m)
+
+
+async def test_finished_pods_give_their_requests_back(manager: PodManager) -> None:
+    await manager.create_pod(manifest("job", "exit 0", restart="Never", requests={"cpu": "1500m"}))
+    with pytest.raises(AdmissionError):
+        await manager.create_pod(manifest("next", requests={"cpu": "1"}))
+    await until(lambda: manager.get_pod("default", "job")["status"]["phase"] == "Succeeded",  # type: ignore[index]
+                what="the job to succeed")
+    await manager.create_pod(manifest("next", requests={"cpu": "1"}))
+
+
+async def test_cgroup_setup_failure_is_refused_cleanly(manager: PodManager, driver: FakeCgroupDriver) -> None:
+    uid = str(uuid.uuid4())
+    driver.fail_create.add(f"kubepods/besteffort/pod{uid}/main")
+    with pytest.raises(AdmissionError) as e:
+        await manager.create_pod(manifest("broken", uid=uid))
+    assert e.value.reason == "CreatePodSandboxError"
+    assert manager.get_pod("default", "broken") is None
+    assert not [p for p in driver.specs if uid in p]
+    assert f"kubepods/besteffort/pod{uid}" in driver.killed
+
+
+# ---- restart policies ----
+
+
+async def test_restart_policies(manager: PodManager) -> None:
+    await manager.create_pod(manifest("never", "exit 3", restart="Never"))
+    await manager.create_pod(manifest("done", "exit 0", restart="OnFailure"))
+    await manager.create_pod(manifest("flaky", "exit 1", restart="OnFailure"))
+    phase = lambda n: manager.get_pod("default", n)["status"]["phase"]  # type: ignore[index]  # noqa: E731
+    await until(lambda: phase("never") == "Failed", what="never to fail")
+    assert status(manager, "never")["state"]["terminated"]["exitCode"] == 3
+    assert status(manager, "never")["restartCount"] == 0
+    await until(lambda: phase("done") == "Succeeded", what="done to succeed")
+    await until(lambda: status(manager, "flaky")["restartCount"] >= 2, what="flaky to be restarted")
+    assert status(manager, "flaky")["lastState"]["terminated"]["exitCode"] == 1
+    assert status(manager, "never")["restartCount"] == 0
+
+
+# ---- deletion ----
+
+
+async def test_delete_terms_then_kills_after_grace_and_forgets_the_pod(tmp_path: Path, manager: PodManager,
+                                                                        driver: FakeCgroupDriver) -> None:
+    uid = str(uuid.uuid4())
+    ready = tmp_path / "ready"
+    await manager.create_pod(manifest("stubborn", f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done",
+                                      uid=uid))
+    pid = await until(lambda: pid_of(manager, "stubborn"), what="a pid")
+    await until(ready.exists, what="the trap")
+    await until(lambda: CheckpointStore(tmp_path).load("default", "stubborn"), what="a checkpoint")
+    t0 = time.monotonic()
+    out = await manager.delete_pod("default", "stubborn", 1)
+    assert out is not None and "deletionTimestamp" in out["metadata"]
+    await until(lambda: not alive(pid), 5, "the kill after the grace period")
+    assert time.monotonic() - t0 >= 0.9, "killed before its grace period"
+    await until(lambda: manager.get_pod("default", "stubborn") is None, what="the pod to be removed")
+    await manager.flush()
+    assert CheckpointStore(tmp_path).load("default", "stubborn") is None
+    assert f"kubepods/besteffort/pod{uid}" in driver.removed
+    assert not [p for p in driver.specs if uid in p]
+    assert await manager.delete_pod("default", "stubborn", 0) is None
+
+
+async def test_read_log(manager: PodManager) -> None:
+    await manager.create_pod(manifest("hello", "echo hello; echo world", restart="Never"))
+    two = [{"name": n, "command": ["/bin/sh", "-c", "echo " + n]} for n in ("x", "y")]
+    await manager.create_pod(manifest("two", restart="Never", containers=two))
+    await until(lambda: manager.read_log("default", "hello", None, None) == "hello\nworld\n", what="the log")
+    assert manager.read_log("default", "hello", None, 1) == "world\n"
+    await until(lambda: manager.read_log("default", "two", "y", None) == "y\n", what="y's log")
+    with pytest.raises(FieldError):
+        manager.read_log("default", "two", None, None)
+    assert manager.read_log("default", "two", "z", None) is None
+    assert manager.read_log("default", "nope", None, None) is None
+
+
+# ---- checkpoints and re-adoption ----
+
+
+async def test_second_manager_adopts_running_pods_and_restarts_the_dead(tmp_path: Path,
+                                                                         driver: FakeCgroupDriver) -> None:
+    first = make_manager(tmp_path, driver)
+    for name, policy in (("keep", "Always"), ("died", "Always"), ("never", "Never")):
+        await first.create_pod(manifest(name, restart=policy))
+    pids = {n: await until(lambda n=n: pid_of(first, n), what=f"{n}'s pid") for n in ("keep", "died", "never")}
+    ids = {n: status(first, n)["containerID"] for n in pids}
+    await first.detach_all()  # agent shutdown: checkpoint, let go, leave them running
+    assert all(alive(p) for p in pids.values())
+    for n in ("died", "never"):  # die while no agent watches (reaped: we are still their parent)
+        os.kill(pids[n], signal.SIGKILL)
+        os.waitpid(pids[n], 0)
+
+    second = make_manager(tmp_path, driver)
+    try:
+        assert await second.restore() == []
+        assert status(second, "keep")["containerID"] == ids["keep"]
+        assert pid_of(second, "keep") == pids["keep"] and status(second, "keep")["restartCount"] == 0
+        await until(lambda: status(second, "died")["restartCount"] == 1 and pid_of(second, "died"),
+                    what="died to be restarted")
+        cs = status(second, "died")
+        assert cs["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
+        assert cs["containerID"] != ids["died"]
+        await until(lambda: second.get_pod("default", "never")["status"]["phase"] == "Failed",  # type: ignore[index]
+                    what="never to fail")
+        assert status(second, "never")["restartCount"] == 0
+        # the adopted process is under the new manager's control
+        await second.delete_pod("default", "keep", 5)
+        await second.wait_stopping()
+        assert not alive(pids["keep"])
+    finally:
+        await stop_all(second)
+
+
+async def test_completed_containers_are_not_run_again_after_restore(tmp_path: Path,
+                                                                     driver: FakeCgroupDriver) -> None:
+    marker = tmp_path / "runs"
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("job", f"echo run >> {marker}", restart="OnFailure"))
+    await until(lambda: first.get_pod("default", "job")["status"]["phase"] == "Succeeded",  # type: ignore[index]
+                what="the job to finish")
+    await first.detach_all()
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        worker = second.pods[("default", "job")]
+        await until(lambda: worker.finished, what="the restored job's worker to finish")
+        assert second.get_pod("default", "job")["status"]["phase"] == "Succeeded"  # type: ignore[index]
+        assert status(second, "job")["restartCount"] == 0
+        assert marker.read_text() == "run\n"
+    finally:
+        await stop_all(second)
+
+
+async def test_restore_removes_orphan_pod_cgroups_only(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    first = make_manager(tmp_path, driver)
+    known = str(uuid.uuid4())
+    await first.create_pod(manifest("known", uid=known))
+    await first.detach_all()
+    orphan = str(uuid.uuid4())
+    driver.create(f"kubepods/burstable/pod{orphan}/main", CgroupSpec())
+    driver.create("kubepods/besteffort/not-a-pod", CgroupSpec())
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        assert f"kubepods/burstable/pod{orphan}" in driver.killed
+        assert not driver.exists(f"kubepods/burstable/pod{orphan}")
+        assert driver.exists(f"kubepods/besteffort/pod{known}/main")
+        assert driver.exists("kubepods/besteffort/not-a-pod")
+        assert f"kubepods/besteffort/pod{known}" not in driver.killed
+    finally:
+        await stop_all(second)
+
+
+async def test_corrupt_checkpoint_is_reported_and_the_rest_restored(tmp_path: Path,
+                                                                     driver: FakeCgroupDriver) -> None:
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("good"))
+    await first.detach_all()
+    (tmp_path / "checkpoints" / "default_bad.json").write_text("{not json")
+    second = make_manager(tmp_path, driver)
+    try:
+        problems = await second.restore()
+        assert len(problems) == 1 and "default_bad.json" in problems[0]
+        assert [p["metadata"]["name"] for p in second.list_pods()] == ["good"]
+    finally:
+        await stop_all(second)
