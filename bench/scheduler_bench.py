@@ -6,6 +6,12 @@ Cases:
               the bind is recorded in a dict (standing in for the store write).
   preemption  5000 nodes full of priority-0 pods; a stream of priority-1000 pods that each
               need preemption: victims unbound and recorded, the pod bound and recorded.
+  service     the plain and preemption cases through the real scheduler service: queue, binder,
+              state accounting, bind tasks, and the store's writes (2 per pod: the binding, then
+              the agent's acceptance), with in-process agents that accept at once; stores:
+              memory (no I/O); normal and full: SQLite with that storeSync in the scheduler's
+              writer process (one transaction per write); thread-normal: the same SQLite on a
+              writer thread instead (what the writer process replaced: GIL contention).
   scale       the plain case at 500, 5000 and 15000 nodes.
 Pods are parsed (parse_pod) before the clock starts: they arrive from the store already parsed.
 After each case's setup the heap is collected and frozen (gc.freeze), as a long-running scheduler
@@ -19,6 +25,7 @@ Prints figures; the last line is `pods/s: N` for the plain case. Never asserts t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import random
@@ -74,6 +81,8 @@ def make_pod(i: int, rng: random.Random, priority: int = 0, cpu: str | None = No
 
 
 FREEZE = True
+LAST_SERVICE: Any = None  # the service case's scheduler, for a debugger
+PROFILER: Any = None  # a cProfile.Profile to enable around the service cases' timed part
 
 
 def settle() -> None:
@@ -174,6 +183,130 @@ def preemption(nodes: int, preemptors: int, per_node: int = 8, seed: int = 2) ->
     return rate
 
 
+class InstantAgents:
+    """Agents that accept every pod at once: the service's bind path without the network."""
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    async def create_pod(self, node: str, url: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.created += 1
+        return {"status": {"phase": "Running", "qosClass": "Burstable"}}
+
+    async def delete_pod(self, node: str, url: str, ns: str, name: str, grace: int | None) -> None:
+        return None
+
+    async def get_pod(self, *args: Any) -> None:
+        return None
+
+    async def get_node(self, *args: Any) -> dict[str, Any]:
+        raise AssertionError("not polled in the benchmark")
+
+    list_pods = get_node
+
+    async def close(self) -> None:
+        pass
+
+
+def _report(spec: NodeSpec) -> dict[str, Any]:
+    alloc = {k: (f"{v}m" if k == "cpu" else str(v)) for k, v in spec.allocatable.items()}
+    conds = [{"type": "MemoryPressure", "status": "True" if spec.memory_pressure else "False"},
+             {"type": "Ready", "status": "True"}]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": spec.name, "labels": dict(spec.labels)},
+            "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]},
+            "status": {"allocatable": alloc, "conditions": conds}}
+
+
+async def _service_case(nodes: int, pods: int, bound: int, store: str, preempt_case: bool) -> tuple[float, str]:
+    """The real service (binder, state, store writes, bind tasks) with agents that answer at once."""
+    import tempfile
+
+    from nodeagent.scheduler.config import parse_scheduler_config
+    from nodeagent.scheduler.objects import POD_SCHEDULED, condition, new_pod, set_condition
+    from nodeagent.scheduler.service import SchedulerService
+    from nodeagent.scheduler.store import MemoryStore, SqliteStore
+
+    rng = random.Random(4)
+    tmp = tempfile.mkdtemp(prefix="sched-bench-")
+    cfg = parse_scheduler_config({"authentication": "none", "stateDir": tmp,
+                                  "storeSync": "full" if store.endswith("full") else "normal"}, "bench")
+    if store == "memory":
+        backend: Any = MemoryStore()
+    elif store.startswith("thread"):
+        backend = SqliteStore(f"{tmp}/s.db", sync=cfg.store_sync)
+    else:
+        backend = None  # the scheduler's own: SQLite in its writer process
+    svc = SchedulerService(cfg, store=backend, agents=InstantAgents())  # type: ignore[arg-type]
+    global LAST_SERVICE
+    LAST_SERVICE = svc
+    svc.store.load()
+    await svc.store.start()
+    specs = make_nodes(nodes, rng) if not preempt_case else [
+        NodeSpec(f"node-{i:05d}", {"cpu": 4000, "memory": 16 * GI, "pods": 110}) for i in range(nodes)]
+    for spec in specs:
+        svc.state.node(spec.name).url = "http://bench"
+        svc.node_heard(spec.name, _report(spec))
+
+    def record(pod: Pod, prio: int = 0) -> Any:
+        return new_pod(pod.to_dict(), priority=prio, class_name=None,
+                       preemption_policy="PreemptLowerPriority", now_wall=0.0)
+
+    if preempt_case:  # every node full of priority-0 pods, then a stream of priority-1000 ones
+        for i in range(nodes):
+            for k in range(8):
+                rec = record(make_pod(i * 8 + k, rng, cpu="500m", mem="2Gi", constraints=False))
+                rec.obj["spec"]["nodeName"] = specs[i].name
+                set_condition(rec.status, condition(POD_SCHEDULED, True, 0.0))
+                svc.state.add_pod(rec)
+        pending = [record(make_pod(10**6 + i, rng, cpu="1", mem="4Gi", constraints=False), 1000)
+                   for i in range(pods)]
+    else:
+        manifests = [make_pod(i, rng) for i in range(pods)]
+        for pod in manifests[:bound]:
+            rec = record(pod)
+            rec.obj["spec"]["nodeName"] = specs[rng.randrange(nodes)].name
+            set_condition(rec.status, condition(POD_SCHEDULED, True, 0.0))
+            svc.state.add_pod(rec)
+        pending = [record(p) for p in manifests[bound:]]
+    for rec in pending:  # the API's own write of each new pod, before the clock starts
+        svc.state.add_pod(rec)
+    await svc.store.flush()
+    settle()
+    writes0 = svc.store.revision
+    if PROFILER is not None:
+        PROFILER.enable()
+    cpu0, start = time.process_time(), time.perf_counter()
+    loop = asyncio.get_running_loop()
+    runner = loop.create_task(svc.binder.run())
+    for rec in pending:
+        svc.binder.enqueue(rec)
+    target = len(pending)
+    while svc.binder.counters["bound"] < target and svc.binder.counters["unschedulable"] < 10 * target:
+        await asyncio.sleep(0.005)
+        if preempt_case and svc.binder.counters["bound"] + svc.binder.counters["unschedulable"] == 0:
+            continue
+    await svc.store.flush()
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    if PROFILER is not None:
+        PROFILER.disable()
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    await svc.binder.cancel_all()
+    writes = svc.store.revision - writes0
+    await svc.store.aclose()
+    c = svc.binder.counters
+    rate = c["bound"] / elapsed
+    text = (f"{c['bound']:,} bound of {target:,} in {elapsed:.2f} s wall ({cpu:.2f} s cpu): {rate:,.0f} pods/s, "
+            f"{writes:,} store writes ({writes / elapsed:,.0f}/s), victims {c['victims']}")
+    return rate, text
+
+
+def service(nodes: int, pods: int, bound: int, store: str, preempt_case: bool = False) -> float:
+    rate, text = asyncio.run(_service_case(nodes, pods, bound, store, preempt_case))
+    print(f"  {nodes} nodes, store {store}: {text}", flush=True)
+    return rate
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
@@ -181,6 +314,12 @@ def main() -> None:
     args = ap.parse_args()
     global FREEZE
     FREEZE = not args.no_gc_freeze
+    # the scheduler's info logs rendered as in production (JSON), into /dev/null
+    import structlog
+
+    from nodeagent.logsetup import configure_logging
+    configure_logging("info", "json")
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=open(os.devnull, "w")))
     scale = 10 if args.quick else 1
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, gc.freeze {FREEZE}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -188,11 +327,22 @@ def main() -> None:
     headline = plain(5000, 10000 // scale, 1000 // scale)
     print("preemption:")
     preemption(5000, 3000 // scale)
+    print("service (binder + state + store writes per bind + bind tasks; agents answer at once):")
+    service(5000, 10000 // scale, 1000 // scale, "memory")
+    store_rate = service(5000, 10000 // scale, 1000 // scale, "normal")
+    service(5000, 10000 // scale, 1000 // scale, "full")
+    service(5000, 10000 // scale, 1000 // scale, "thread-normal")
+    print("service preemption (5000 nodes x 8 low-priority pods, high-priority stream):")
+    service(5000, 3000 // scale, 0, "memory", preempt_case=True)
+    preempt_rate = service(5000, 3000 // scale, 0, "normal", preempt_case=True)
+    service(5000, 3000 // scale, 0, "thread-normal", preempt_case=True)
     print("scale:")
     for n in (500, 5000, 15000):
         plain(n, 10000 // scale, 1000 // scale, seed=3)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"max RSS: {rss:.0f} MiB")
+    print(f"with the store's writes (service path, SQLite storeSync normal): {store_rate:.0f} pods/s, "
+          f"preemption {preempt_rate:.0f} pods/s")
     print(f"pods/s: {headline:.0f}")
 
 

@@ -19,6 +19,7 @@ from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatab
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.quantity import Quantity
 from nodeagent.cli_commands import SUBCOMMANDS as CLIENT_SUBCOMMANDS
+from nodeagent.scheduler.cli import add_scheduler
 
 
 def _quantities(values: dict[str, Quantity]) -> dict[str, str]:
@@ -153,7 +154,8 @@ def _add_run(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_check_config, _add_run]  # type: ignore[type-arg]
-SUBCOMMANDS += CLIENT_SUBCOMMANDS  # status, pods, apply, delete, logs, events  # status pods apply delete logs events
+SUBCOMMANDS += CLIENT_SUBCOMMANDS  # status, pods, apply, delete, logs, events
+SUBCOMMANDS.append(add_scheduler)  # scheduler run | check-config
 
 
 def build_parser() -> argparse.ArgumentParser:

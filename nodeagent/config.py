@@ -47,7 +47,6 @@ _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/defaults.yaml"
 RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication", "tlsCertFile",
                 "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes")
-# Reserved for later issues, deliberately not accepted yet: schedulerURL.
 UNIX_SOCKET_NAME = "nodeagent.sock"
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
 
@@ -107,6 +106,17 @@ def _ip_address(value: str) -> str:
     except ValueError:
         raise ValueError(f'must be an IP address, got "{value}"') from None
     return value
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is None:
+        return value
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f'must be an http:// or https:// URL with a host, got "{value}"')
+    return value.rstrip("/")
 
 
 GoDuration = Annotated[float, BeforeValidator(_duration), PlainSerializer(format_go_duration, return_type=str)]
@@ -212,6 +222,11 @@ class Config(BaseModel):
     tls_private_key_file: AbsolutePath | None = None
     unix_socket: Annotated[str | None, AfterValidator(_unix_socket_path)] = None
     max_request_body_bytes: int = Field(default=1 << 20, ge=1024, le=64 << 20)
+    # The central scheduler (optional): the agent POSTs its Node status there on start and every
+    # nodeStatusUpdateFrequency (nodeagent/node/registration.py).
+    scheduler_url: Annotated[str | None, AfterValidator(_http_url)] = Field(default=None, alias="schedulerURL")
+    scheduler_token_file: AbsolutePath | None = None
+    node_status_update_frequency: Annotated[GoDuration, AfterValidator(_positive_duration)] = 10.0
 
     @field_validator("api_version")
     @classmethod

@@ -48,6 +48,7 @@ from nodeagent.node.addresses import node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
+from nodeagent.node.registration import registration_loop
 from nodeagent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
 from nodeagent.node.static_pods import SOURCE_ANNOTATION as STATIC_SOURCE_ANNOTATION
 from nodeagent.node.static_pods import StaticPodSource
@@ -426,7 +427,10 @@ class Agent:
         tasks = [asyncio.create_task(self.housekeeping(), name="housekeeping"), eviction,
                  # pings from the loop: a blocked loop or a dead eviction loop gets us restarted
                  asyncio.create_task(watchdog_loop(self.notifier, healthy=lambda: not eviction.done()),
-                                     name="sd-watchdog")]
+                                     name="sd-watchdog"),
+                 # idles while schedulerURL is unset; reads config, node and port each round (reload-safe)
+                 asyncio.create_task(registration_loop(lambda: self.config, self.reporter.node, lambda: self.port),
+                                     name="scheduler-registration")]
         try:
             await self._stop.wait()
         finally:

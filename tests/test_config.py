@@ -150,9 +150,18 @@ def test_unknown_nested_and_snake_case_keys_are_errors() -> None:
     assert errors_of({"state_dir": "/x"})[0].startswith("state_dir: unknown field")
 
 
-@pytest.mark.parametrize("later_key", ["schedulerURL"])
-def test_keys_reserved_for_later_are_not_accepted_yet(later_key: str) -> None:
-    assert errors_of({later_key: {}})[0].startswith(f"{later_key}: unknown field")
+def test_scheduler_keys() -> None:
+    c = parse_config({"schedulerURL": "http://10.0.0.1:10251/", "schedulerTokenFile": "/etc/t",
+                      "nodeStatusUpdateFrequency": "3s"}, "x")
+    assert (c.scheduler_url, c.scheduler_token_file, c.node_status_update_frequency) == \
+        ("http://10.0.0.1:10251", "/etc/t", 3.0)
+    assert parse_config({}, "x").scheduler_url is None
+    assert parse_config({}, "x").node_status_update_frequency == 10.0
+    assert errors_of({"schedulerURL": "ftp://x"})[0].startswith("schedulerURL: must be an http")
+    assert errors_of({"schedulerURL": {}})[0].startswith("schedulerURL: ")
+    assert errors_of({"schedulerTokenFile": "t"})[0].startswith("schedulerTokenFile: must be an absolute")
+    assert errors_of({"nodeStatusUpdateFrequency": "0s"})[0].startswith("nodeStatusUpdateFrequency: must be positive")
+    assert errors_of({"schedulerUrl": "http://x"})[0].startswith("schedulerUrl: unknown field")
 
 
 def test_soft_threshold_without_grace_period() -> None:

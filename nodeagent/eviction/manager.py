@@ -93,6 +93,7 @@ class EvictionManager:
         self.last_observations: dict[str, Observation] = {}
         self.evictions_total: dict[str, int] = {}
         self.on_pass: list[Callable[[PassResult], None]] = []
+        self._evicted: set[str] = set()  # uids already evicted: never evicted (or counted) twice
 
     # ---- what others ask ----
     @property
@@ -147,7 +148,9 @@ class EvictionManager:
                 return self._done(result)
             observed = observations[signal]
             amount = reclaim_amount(threshold, observed)
-        candidates = self.pods.evictable_pods()
+        evictable = self.pods.evictable_pods()
+        self._evicted &= {p.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
+        candidates = [p for p in evictable if p.metadata.uid not in self._evicted]
         usage = self.pods.usage(candidates, with_disk=resource in DISK_RESOURCES)
         victims = select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)
         if not victims:
@@ -161,6 +164,7 @@ class EvictionManager:
 
     async def _evict(self, pod: Pod, threshold: Threshold, observed: Observation | None,
                      usage: dict[str, PodUsage], resource: str) -> None:
+        self._evicted.add(pod.metadata.uid)
         grace = 0 if is_hard(threshold) else eviction_grace_period(threshold, pod, self.max_pod_grace_period)
         message = eviction_message(resource, threshold, observed, pod, usage.get(pod.metadata.uid))
         self.events.record("Evicted", message, namespace=pod.metadata.namespace, name=pod.metadata.name,
