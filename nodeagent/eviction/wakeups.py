@@ -12,10 +12,9 @@ Which kernel mechanisms are armed can be narrowed (benchmarks, or a kernel where
 with NODEAGENT_EVICTION_WAKEUPS: a comma list of "psi", "memcg", "memory-events", or "none"
 (adaptive polling only: no notifier and no memory.high); unset or "all" arms what the kernel has.
 
-The line for a memory signal in kubepods usage terms is usage_now + (available_now - T): pods
-growing by the remaining headroom is what brings the signal to the threshold. For
-allocatableMemory.available that is enforced_memory - T + inactive_file (enforced_memory - T
-before the first observation). The agent never writes to a cgroup
+The line for memory.available in kubepods usage terms is usage_now + (available_now - T): pods
+growing by the remaining headroom is what brings the node to the threshold. For
+allocatableMemory.available it is enforced_memory - T + inactive_file (see kubepods_lines). The agent never writes to a cgroup
 it did not create: the root memory cgroup gets no event_control registration.
 """
 
@@ -78,21 +77,29 @@ def parse_mechanisms(text: str | None) -> frozenset[str]:
 
 
 def kubepods_lines(thresholds: Sequence[Threshold], observations: dict[str, Observation], pods_usage: int,
-                   enforced_memory: int | None) -> list[int]:
-    """kubepods usage values (bytes) at which each memory threshold would be reached (pure)."""
+                   enforced_memory: int | None, pods_inactive_file: int = 0) -> list[int]:
+    """kubepods usage values (bytes) at which each memory threshold would be reached (pure).
+
+    memory.available: usage + (available - T), with the observation and the usage read back to
+    back (observation first: a hog growing in between puts the line late by what it added, never
+    early, and an early wake-up finds nothing to do and is not repeated). allocatableMemory:
+    the signal is enforced - (usage - inactive_file), so the line is enforced - T + inactive_file,
+    from one read of the pods cgroup (page cache in kubepods moves it up)."""
     lines: set[int] = set()
     node = observations.get(MEMORY_AVAILABLE)
-    pods = observations.get(ALLOCATABLE_MEMORY_AVAILABLE)
     for t in thresholds:
         if t.signal == MEMORY_AVAILABLE and node is not None:
             lines.add(max(1, pods_usage + node.available - t.value_for(node.capacity)))
-        elif t.signal == ALLOCATABLE_MEMORY_AVAILABLE and pods is not None:
-            # the same rule: the signal is enforced - (usage - inactive_file), so in usage terms
-            # the line is enforced - T + inactive_file (page cache in kubepods moves it up)
-            lines.add(max(1, pods_usage + pods.available - t.value_for(pods.capacity)))
         elif t.signal == ALLOCATABLE_MEMORY_AVAILABLE and enforced_memory:
-            lines.add(max(1, enforced_memory - t.value_for(enforced_memory)))
+            lines.add(max(1, enforced_memory - t.value_for(enforced_memory) + pods_inactive_file))
     return sorted(lines)
+
+
+def spent(old: Sequence[int], new: Sequence[int], usage: int) -> bool:
+    """A line the usage already passed, where the threshold now says it is not reached yet: it
+    fired early (page cache moved the real line by less than the re-arm slack) and, as the kernel
+    signals crossings only, would stay silent while the pods grow on to the real line (pure)."""
+    return len(old) == len(new) and any(o <= usage < n for o, n in zip(old, new))
 
 
 def moved(old: Sequence[int], new: Sequence[int], slack: int = REARM_SLACK) -> bool:
@@ -117,13 +124,16 @@ class MemoryWakeups:
         self._memcg: MemcgThresholdNotifier | None = None
         self._kubepods = memcg_dir(driver, layout.KUBEPODS)
 
-    def _pods_usage(self) -> int:
-        return kubepods_memory(self.driver)[0]
-
     def _current_lines(self, hard_only: bool) -> list[int]:
+        return self._lines_and_usage(hard_only)[0]
+
+    def _lines_and_usage(self, hard_only: bool) -> tuple[list[int], int]:
+        """The lines now: a fresh observation, then the pods cgroup read right after it (a pass's
+        own observation is older than its kills and than what pods allocated during the pass)."""
         thresholds = [t for t in self.manager.thresholds if is_hard(t) or not hard_only]
-        observations = self.manager.last_observations or self.manager.observe_now()
-        return kubepods_lines(thresholds, observations, self._pods_usage(), self.enforced_memory)
+        observations = self.manager.observe_now()
+        usage, inactive_file = kubepods_memory(self.driver)
+        return kubepods_lines(thresholds, observations, usage, self.enforced_memory, inactive_file), usage
 
     async def start(self) -> dict[str, str]:
         """Arm what this kernel offers; returns {mechanism: why unavailable}."""
@@ -163,16 +173,11 @@ class MemoryWakeups:
     def after_pass(self, result: PassResult) -> None:
         """Move the lines with the node: a line is only right for the usage it was computed at."""
         try:
-            if result.evicted:
-                # the pass observed before its kills: a line from that observation and the usage
-                # after them would sit below the threshold by what the victims freed (on v2 a
-                # memory.high there would throttle the survivors until the next pass)
-                self.manager.observe_now()
             if self.driver.version == 1:
                 if self._memcg is None:
                     return
-                new = self._current_lines(hard_only=False)
-                if new and moved(self.lines, new):
+                new, usage = self._lines_and_usage(hard_only=False)
+                if new and (moved(self.lines, new) or spent(self.lines, new, usage)):
                     self._memcg.rearm(new)
                     self.lines = new
             elif MEMORY_EVENTS in self.mechanisms:
