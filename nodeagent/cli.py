@@ -76,13 +76,20 @@ def check_config_report(config: Config, capacity: Capacity) -> dict[str, Any]:
     }
 
 
-def _check_config(args: argparse.Namespace) -> int:
-    """Validate a config file and print what it means on this machine, as JSON."""
+def _load(args: argparse.Namespace) -> Config | None:
+    """The config from --config (or the embedded defaults); None after printing one line per error."""
     try:
-        config = load_config(args.config) if args.config else load_default_config()
+        return load_config(args.config) if args.config else load_default_config()
     except ConfigError as exc:
         for line in exc.errors:
             print(f"{exc.source}: {line}", file=sys.stderr)
+        return None
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    """Validate a config file and print what it means on this machine, as JSON."""
+    config = _load(args)
+    if config is None:
         return 1
     source = args.config or "defaults"
     try:
@@ -123,11 +130,8 @@ def _run(args: argparse.Namespace) -> int:
     from nodeagent.daemon import Agent
     from nodeagent.logsetup import configure_logging
 
-    try:
-        config = load_config(args.config) if args.config else load_default_config()
-    except ConfigError as exc:
-        for line in exc.errors:
-            print(f"{exc.source}: {line}", file=sys.stderr)
+    config = _load(args)
+    if config is None:
         return 1
     configure_logging(config.logging.level, config.logging.format)
     try:
