@@ -79,7 +79,7 @@ class Earlyoom:
         self._reader.join(5)
 
 
-def one_run(binary: str, hogs: Hogs, name: str, hog_bytes: int) -> dict[str, float | None]:
+def one_run(binary: str, hogs: Hogs, name: str, hog_bytes: int, beyond: int) -> dict[str, float | None]:
     hog = subprocess.Popen([PYTHON, "-I", "-S", "-c", HOG_SCRIPT, str(hogs.ctl), name, "1000"],
                            stdin=subprocess.DEVNULL)
     try:
@@ -92,7 +92,7 @@ def one_run(binary: str, hogs: Hogs, name: str, hog_bytes: int) -> dict[str, flo
         try:
             time.sleep(0.5)  # let it start and print its banner
             probe = signal_probe(None, "MemAvailable", line)
-            hogs.go(name, hog_bytes + 256 * MI, step=64 * MI, interval=0.05, cross=hog_bytes, probe=probe)
+            hogs.go(name, hog_bytes + beyond, step=64 * MI, interval=0.05, cross=hog_bytes, probe=probe)
             died = watch.wait(60)
         finally:
             eo.stop()
@@ -111,11 +111,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--hog", type=int, default=0, help="MiB the hog holds at earlyoom's line (default: "
                     "as eviction_bench latency: 400 on the host, 500 in a guest of <= 2 GiB)")
+    ap.add_argument("--beyond", type=int, default=0, help="MiB the hog goes on past the line (default: "
+                    "1024 on the host, 256 in a small guest)")
     ap.add_argument("--with-agent", default="", help="also run eviction_bench latency with these mechanisms")
     args = ap.parse_args()
     version = make_driver("auto", "/nodeagent-bench-probe").version
     total = meminfo()["MemTotal"]
     hog_mib = args.hog or (500 if total <= 2 << 30 else 400)
+    # far past the line on the host, where other people's memory moves MemAvailable too
+    beyond = (args.beyond or (256 if total <= 2 << 30 else 1024)) * MI
     binary = earlyoom_binary()
     kernel = f"{platform.release()} cgroup v{version}, {total // MI} MiB, {os.cpu_count()} CPU"
     print(f"# earlyoom_compare on {kernel}: {version_text(binary)}"
@@ -124,7 +128,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="earlyoom-bench-") as tmp:
         hogs = Hogs(Path(tmp))
         for i in range(args.runs):
-            r = one_run(binary, hogs, f"eo-{i}", hog_mib * MI)
+            r = one_run(binary, hogs, f"eo-{i}", hog_mib * MI, beyond)
             rows.append(r)
             lat = f"{r['latency'] * 1000:7.1f} ms" if r["latency"] is not None else "   (no crossing)"
             if r["decide"] is not None:
