@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config test unit integration integration-v2 bench bench-agent bench-scheduler install-systemd clean
+.PHONY: install run check-config test unit integration integration-v2 integration-container bench bench-agent bench-scheduler install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -43,6 +43,12 @@ integration: install
 integration-v2: install
 	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT)
 
+## The integration suite in a container with a private cgroup namespace (docker run --privileged
+## --cgroupns=private on a cgroup v2 host with docker; here: own dockerd and a debootstrap base, as
+## root). See README.md, "Integration suite in a container". Not part of `make test`.
+integration-container:
+	integration/container/run.sh
+
 bench: bench-agent bench-scheduler
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
@@ -67,4 +73,4 @@ install-systemd: install
 	@echo "now: systemctl enable --now nodeagent"
 
 clean:
-	rm -rf $(VENV) .uml-pytest-tmp .uml-work build *.egg-info
+	rm -rf $(VENV) .uml-pytest-tmp .uml-work .container-work build *.egg-info

@@ -48,13 +48,15 @@ from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_A
 log = structlog.get_logger(__name__)
 
 REARM_SLACK = 2 * 1024 * 1024  # re-arm only when a line moved by more than this
-# memory.high sits this far ABOVE the line (in kubepods usage): the line is an estimate (the node's
-# other usage moves, file pages count differently in memory.current and memory.available), and a
+# memory.high sits this far ABOVE the line (in kubepods usage). The line is an estimate (the node's
+# other usage moves, file pages count differently in memory.current and memory.available): a
 # memory.high below the true line throttles the allocator short of the threshold, where a wake-up
 # finds nothing to evict and the hog creeps on throttled (measured in the UML guest: 330 ms from
-# crossing to eviction). Above it, the first "high" event finds the threshold met. Kept small: a hog crossing it must first allocate the margin (4 MiB is
-# ~3 ms on the host, ~30 ms in the UML guest, where every page fault is slow).
-HIGH_MARGIN = 4 * 1024 * 1024
+# crossing to eviction); `spent` moves such a memory.high up at once. The margin is what a hog
+# must allocate past the line before the kernel tells us: 1 MiB is ~8 ms in the UML guest, where
+# every page fault is slow (4 MiB measured 74/218 ms p50/p99 crossing -> death, 1 MiB 64/117 ms,
+# both on a loaded host).
+HIGH_MARGIN = 1 * 1024 * 1024
 HIGH_SLACK = 1024 * 1024  # memory.high follows the line closely (one write per move)
 WAKEUPS_ENV = "NODEAGENT_EVICTION_WAKEUPS"
 PSI, MEMCG, MEMORY_EVENTS = "psi", "memcg", "memory-events"
@@ -154,16 +156,17 @@ class MemoryWakeups:
                  lines=self.lines)
         return self.unavailable
 
-    def _memory_high(self) -> int | None:
-        """The kubepods memory.high for the current lines: the lowest hard line + HIGH_MARGIN."""
-        lines = self._current_lines(hard_only=True)
+    def _memory_high(self) -> tuple[int | None, int]:
+        """(the kubepods memory.high for the current lines: the lowest hard line + HIGH_MARGIN,
+        the kubepods usage it was computed at)."""
+        lines, usage = self._lines_and_usage(hard_only=True)
         value = min(lines) + HIGH_MARGIN if lines else None
         if self.enforced_memory and value is not None:
             value = min(value, self.enforced_memory)
-        return value
+        return value, usage
 
     def _apply_memory_high(self, value: int | None = None) -> None:
-        value = self._memory_high() if value is None else value
+        value = self._memory_high()[0] if value is None else value
         try:
             set_memory_high(self._kubepods, value)
             self.lines = [value] if value is not None else []
@@ -181,8 +184,8 @@ class MemoryWakeups:
                     self._memcg.rearm(new)
                     self.lines = new
             elif MEMORY_EVENTS in self.mechanisms:
-                value = self._memory_high()
-                if value is not None and moved(self.lines, [value], HIGH_SLACK):
+                value, usage = self._memory_high()
+                if value is not None and (moved(self.lines, [value], HIGH_SLACK) or spent(self.lines, [value], usage)):
                     self._apply_memory_high(value)
         except (OSError, ValueError) as e:
             log.warning("eviction_wakeups_rearm_failed", error=str(e))
