@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from agent_harness import AgentProcess, is_running, poll_until
 from eviction_helpers import (
@@ -113,6 +114,35 @@ def start_hogs(agent: AgentProcess, hogs: Hogs, specs: dict[str, dict[str, Any]]
     return pids
 
 
+def metric_samples(agent: AgentProcess) -> list[Any]:
+    status, text = agent.request("GET", "/metrics", auth=False)
+    assert status == 200, text
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def assert_eviction_metrics(agent: AgentProcess, signal: str, threshold: int, evicted: int) -> None:
+    """/metrics after the real evictions, while MemoryPressure still holds: the kubelet's counter
+    by signal, the reaction histogram (one observation per pass that evicted), the condition,
+    the threshold and the Failed pods."""
+    samples = metric_samples(agent)
+
+    def value(name: str, **labels: str) -> float:
+        found = [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        assert len(found) == 1, (name, labels, found)
+        return float(found[0])
+
+    assert value("kubelet_evictions", eviction_signal=signal) == evicted
+    assert value("nodeagent_evictions_total", eviction_signal=signal) == evicted
+    passes = value("nodeagent_eviction_reaction_seconds_count", signal=signal)
+    assert 1 <= passes <= evicted, passes
+    assert 0 < value("nodeagent_eviction_reaction_seconds_sum", signal=signal) < passes * 10
+    assert value("nodeagent_node_condition", condition="MemoryPressure", status="true") == 1
+    assert value("nodeagent_eviction_threshold_bytes", signal=signal, kind="hard") == threshold
+    assert value("nodeagent_eviction_signal_available_bytes", signal=signal) > 0
+    failed = sum(s.value for s in samples if s.name == "nodeagent_pods" and s.labels.get("phase") == "Failed")
+    assert failed == evicted, failed
+
+
 def no_oom_kills(agent: AgentProcess) -> None:
     assert agent.cg.oom_kills("kubepods") == 0, "the kernel OOM-killed in kubepods: the agent lost the race"
 
@@ -157,6 +187,7 @@ def test_hard_threshold_evicts_in_rank_order(start_agent: StartAgent, tmp_path: 
         assert agent.pod(name)["status"]["phase"] == "Running"  # type: ignore[index]
     assert agent.alive and agent.request("GET", "/healthz", auth=False)[0] == 200
     no_oom_kills(agent)
+    assert_eviction_metrics(agent, signal, threshold, evicted=2)
     # the condition holds for the transition period after the last time the signal was met
     time.sleep(max(0.0, last + 3.0 - time.monotonic()))
     assert condition(agent, "MemoryPressure"), "cleared before evictionPressureTransitionPeriod"
