@@ -44,7 +44,7 @@ from nodeagent.eviction.notify import AdaptivePoll
 from nodeagent.eviction.signals import NodeObserver
 from nodeagent.eviction.wakeups import MemoryWakeups
 from nodeagent.events import EventRecorder
-from nodeagent.node.addresses import node_addresses
+from nodeagent.node.addresses import node_addresses_async, to_node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
@@ -250,7 +250,11 @@ class Agent:
         problems = await self.manager.restore()
         for p in problems:
             log.error("restore_problem", problem=p)
-        self.reporter.addresses = await asyncio.to_thread(node_addresses)
+        try:
+            self.reporter.addresses = await node_addresses_async()
+        except (OSError, ValueError, TimeoutError) as e:  # the node still comes up, reachable as loopback
+            log.warning("node_addresses_failed", error=str(e))
+            self.reporter.addresses = to_node_addresses([], socket.gethostname())
         self.eviction.observe_now()
         await self.wakeups.start()
         await self.sync_static_pods()
@@ -321,7 +325,7 @@ class Agent:
                 log.error("static_pod_start_failed", pod="/".join(key), path=str(sp.path), error=str(e))
 
     async def housekeeping(self) -> None:
-        """Every housekeepingInterval: static pods, log rotation, QoS weights, addresses."""
+        """Every housekeepingInterval: static pods, log rotation, QoS weights, the status line."""
         while True:
             await asyncio.sleep(self.config.housekeeping_interval)
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
 
@@ -10,7 +11,14 @@ import pytest
 import nodeagent
 from nodeagent.clock import FakeClock
 from nodeagent.errors import FieldError
-from nodeagent.node.addresses import AddrInfo, node_addresses, to_node_addresses
+from nodeagent.node.addresses import (
+    AddrInfo,
+    node_addresses,
+    node_addresses_async,
+    read_in_child,
+    read_interface_addresses,
+    to_node_addresses,
+)
 from nodeagent.node.status import (
     ConditionTracker,
     NodeStatusInput,
@@ -46,6 +54,13 @@ def ip(a: str) -> dict[str, str]:
 ])
 def test_to_node_addresses(addrs: list[AddrInfo], expected: list[dict[str, str]]) -> None:
     assert to_node_addresses(addrs, "node-a") == expected
+
+
+async def test_addresses_read_in_a_child_match_the_in_process_read() -> None:
+    """The daemon reads them in a child (pyroute2 stays out of the agent's memory): same answer."""
+    here = await asyncio.to_thread(read_interface_addresses)  # pyroute2 refuses a running loop's thread
+    assert sorted(await read_in_child()) == sorted(here)
+    assert await node_addresses_async("node-a") == to_node_addresses(here, "node-a")
 
 
 def test_node_addresses_on_this_machine() -> None:
