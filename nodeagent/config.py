@@ -414,26 +414,34 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def parse_yaml(text: str, source: str) -> Config:
-    """Parse YAML text into a Config; an empty document means all defaults."""
+def read_yaml(text: str, source: str) -> Any:
+    """YAML text -> plain data (strict: no duplicate keys); ConfigError with the line on a syntax error."""
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise ConfigError(source, [f"{where}invalid YAML: {problem}"]) from None
-    return parse_config(data, source)
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """A config file's plain data (the agent's and the scheduler's); ConfigError naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), [f"cannot read config: {getattr(exc, 'strerror', None) or exc}"]) from None
+    return read_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> Config:
+    """Parse YAML text into a Config; an empty document means all defaults."""
+    return parse_config(read_yaml(text, source), source)
 
 
 def load_config(path: str | Path) -> Config:
     """Read and validate a config file; ConfigError (with the file name) on any problem."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, [f"cannot read config: {getattr(exc, 'strerror', None) or exc}"]) from None
-    return parse_yaml(text, source)
+    return parse_config(read_yaml_file(path), str(path))
 
 
 def default_config_text() -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
@@ -25,7 +24,7 @@ from nodeagent.config import (
     LoggingConfig,
     _ip_address,
     _positive_duration,
-    _StrictLoader,
+    read_yaml_file,
 )
 from nodeagent.errors import format_loc
 from nodeagent.names import validate_dns1123_subdomain
@@ -157,16 +156,4 @@ def parse_scheduler_config(data: Any, source: str) -> SchedulerConfig:
 
 
 def load_scheduler_config(path: str | Path) -> SchedulerConfig:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, [f"cannot read config: {getattr(exc, 'strerror', None) or exc}"]) from None
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(source, [f"{where}invalid YAML: {problem}"]) from None
-    return parse_scheduler_config(data, source)
+    return parse_scheduler_config(read_yaml_file(path), str(path))
