@@ -129,13 +129,11 @@ class MemoryWakeups:
     def _current_lines(self, hard_only: bool) -> list[int]:
         return self._lines_and_usage(hard_only)[0]
 
-    def _lines_and_usage(self, hard_only: bool, fresh: bool = True) -> tuple[list[int], int]:
-        """The lines now: an observation, then the pods cgroup read right after it. `fresh`
-        observes anew; otherwise the pass's own observation is used, which is older than its
-        kills and than what pods allocated during the pass (the line comes out late by that
-        much): good enough to tell whether the lines need moving at all (`after_pass`)."""
+    def _lines_and_usage(self, hard_only: bool) -> tuple[list[int], int]:
+        """The lines now: a fresh observation, then the pods cgroup read right after it (a pass's
+        own observation is older than its kills and than what pods allocated during the pass)."""
         thresholds = [t for t in self.manager.thresholds if is_hard(t) or not hard_only]
-        observations = (None if fresh else self.manager.last_observations) or self.manager.observe_now()
+        observations = self.manager.observe_now()
         usage, inactive_file = kubepods_memory(self.driver)
         return kubepods_lines(thresholds, observations, usage, self.enforced_memory, inactive_file), usage
 
@@ -158,10 +156,10 @@ class MemoryWakeups:
                  lines=self.lines)
         return self.unavailable
 
-    def _memory_high(self, fresh: bool = True) -> tuple[int | None, int]:
+    def _memory_high(self) -> tuple[int | None, int]:
         """(the kubepods memory.high for the current lines: the lowest hard line + HIGH_MARGIN,
         the kubepods usage it was computed at)."""
-        lines, usage = self._lines_and_usage(hard_only=True, fresh=fresh)
+        lines, usage = self._lines_and_usage(hard_only=True)
         value = min(lines) + HIGH_MARGIN if lines else None
         if self.enforced_memory and value is not None:
             value = min(value, self.enforced_memory)
@@ -176,27 +174,19 @@ class MemoryWakeups:
             log.warning("memory_high_set_failed", error=str(e))
 
     def after_pass(self, result: PassResult) -> None:
-        """Move the lines with the node: a line is only right for the usage it was computed at.
-
-        A pass that evicted nothing first checks with its own observation (no second one: that
-        halves the agent's idle CPU in the UML guest, where every file read is a slow syscall);
-        only when that says the lines moved or were spent are they computed from a fresh one."""
+        """Move the lines with the node: a line is only right for the usage it was computed at."""
         try:
             if self.driver.version == 1:
                 if self._memcg is None:
                     return
-                for fresh in ((True,) if result.evicted else (False, True)):
-                    new, usage = self._lines_and_usage(hard_only=False, fresh=fresh)
-                    if not (new and (moved(self.lines, new) or spent(self.lines, new, usage))):
-                        return
-                self._memcg.rearm(new)
-                self.lines = new
+                new, usage = self._lines_and_usage(hard_only=False)
+                if new and (moved(self.lines, new) or spent(self.lines, new, usage)):
+                    self._memcg.rearm(new)
+                    self.lines = new
             elif MEMORY_EVENTS in self.mechanisms:
-                for fresh in ((True,) if result.evicted else (False, True)):
-                    value, usage = self._memory_high(fresh=fresh)
-                    if value is None or not (moved(self.lines, [value], HIGH_SLACK) or spent(self.lines, [value], usage)):
-                        return
-                self._apply_memory_high(value)
+                value, usage = self._memory_high()
+                if value is not None and (moved(self.lines, [value], HIGH_SLACK) or spent(self.lines, [value], usage)):
+                    self._apply_memory_high(value)
         except (OSError, ValueError) as e:
             log.warning("eviction_wakeups_rearm_failed", error=str(e))
 
