@@ -64,6 +64,8 @@ mount -t proc proc /proc; mount -t sysfs sysfs /sys
 mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 for d in /var/log /var/tmp /var/lib/systemd /var/cache /etc/systemd/system; do mount -t tmpfs tmpfs \$d; done
+# the checkout again, read-only: a checkout under /tmp or /var/... is hidden by the tmpfs mounts above
+mkdir -p "$CHECKOUT"; mount -r -t hostfs none "$CHECKOUT" -o "$CHECKOUT"
 mkdir -p "$D"; mount -t hostfs none "$D" -o "$D"
 mkdir -p /run/systemd/system; cp -r "$U"/* /run/systemd/system/
 for u in $(echo $MASK); do ln -s /dev/null /run/systemd/system/\$u; done
