@@ -21,7 +21,14 @@ import structlog
 from aiohttp import web
 
 from nodeagent.api.app import create_app
-from nodeagent.api.auth import Authenticator, bind_unix_socket, check_bind_safety, make_ssl_context, unlink_unix_socket
+from nodeagent.api.auth import (
+    Authenticator,
+    bind_unix_socket,
+    bound_port,
+    check_bind_safety,
+    make_ssl_context,
+    unlink_unix_socket,
+)
 from nodeagent.api.metrics import (
     Metrics,
     NodeSnapshot,
@@ -275,12 +282,7 @@ class Agent:
 
     @property
     def port(self) -> int:
-        """The bound port (the config may say 0 for any free port, as tests do)."""
-        if self.runner is not None:
-            for addr in self.runner.addresses:
-                if isinstance(addr, tuple):
-                    return int(addr[1])
-        return self.config.port
+        return bound_port(self.runner, self.config.port)
 
     async def sync_static_pods(self) -> None:
         """Start, replace or stop static pods as their files appeared, changed or went away.

@@ -228,6 +228,15 @@ def make_ssl_context(config: Config) -> ssl.SSLContext | None:
     return ctx
 
 
+def bound_port(runner: web.AppRunner | None, configured: int) -> int:
+    """The TCP port a started runner listens on (a config may say 0: any free port), else `configured`."""
+    if runner is not None:
+        for addr in runner.addresses:
+            if isinstance(addr, tuple):
+                return int(addr[1])
+    return configured
+
+
 def bind_unix_socket(path: str) -> socket.socket:
     """A bound, not yet listening AF_UNIX socket at `path`, mode 0600 before anyone can connect
     (listen() comes later, from the server); a stale socket file is replaced, a live one or a

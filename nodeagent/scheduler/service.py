@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from nodeagent.api.auth import Authenticator, read_token
+from nodeagent.api.auth import Authenticator, bound_port, read_token
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import AuthenticationConfig
 from nodeagent.model import parse_pod
@@ -116,11 +116,7 @@ class SchedulerService:
 
     @property
     def port(self) -> int:
-        if self.runner is not None:
-            for addr in self.runner.addresses:
-                if isinstance(addr, tuple):
-                    return int(addr[1])
-        return self.config.port
+        return bound_port(self.runner, self.config.port)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
