@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import yaml
 
 from nodeagent.cgroups.detect import make_driver
 
+from agent_harness import ensure_loopback_up, free_port
 from conftest import KERNEL_VERSION, NO_VERSION_REASON
 
 pytestmark = pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}")
@@ -51,22 +51,6 @@ def mem_total() -> int:
 
 NODE_MEM = GI if mem_total() >= 4 * GI else 256 * MI
 NODE_CPU_M = 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def ensure_loopback_up() -> None:
-    """The UML guest boots with `lo` down (nothing reaches 127.0.0.1): bring it up there only."""
-    try:
-        flags = int(Path("/sys/class/net/lo/flags").read_text().strip(), 16)
-    except (OSError, ValueError):
-        return
-    if not flags & 0x1:  # IFF_UP
-        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
 
 
 def api(method: str, url: str, body: Any = None, *, timeout: float = 10) -> tuple[int, Any]:

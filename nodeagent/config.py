@@ -331,9 +331,12 @@ def _thresholds_from(data: Mapping[str, Any]) -> list[Threshold]:
     )
 
 
-def _pydantic_lines(exc: ValidationError) -> list[tuple[str, str]]:
+def pydantic_error_lines(exc: ValidationError, model: type[BaseModel]) -> list[tuple[str, str]]:
+    """(key path, message) per error of a config model (the agent's and the scheduler's): camelCase
+    names, "unknown field (did you mean ...?)", union tags left out; a root-level error (a
+    cross-key check that names its keys itself) has an empty path."""
     out = []
-    aliases = {name: f.alias or name for name, f in Config.model_fields.items()}
+    aliases = {name: f.alias or name for name, f in model.model_fields.items()}
     known = list(aliases.values())
     for err in exc.errors():
         loc = [part for part in err["loc"] if part != "[key]"]
@@ -382,7 +385,7 @@ def parse_config(data: Mapping[str, Any] | None, source: str) -> Config:
     try:
         config = Config.model_validate(dict(data))
     except ValidationError as exc:
-        lines += _pydantic_lines(exc)
+        lines += pydantic_error_lines(exc, Config)
     thresholds: list[Threshold] | None = None
     try:
         thresholds = _thresholds_from(config.model_dump(by_alias=True) if config else data)

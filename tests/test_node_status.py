@@ -13,7 +13,6 @@ from nodeagent.clock import FakeClock
 from nodeagent.errors import FieldError
 from nodeagent.node.addresses import (
     AddrInfo,
-    node_addresses,
     node_addresses_async,
     read_in_child,
     read_interface_addresses,
@@ -63,8 +62,8 @@ async def test_addresses_read_in_a_child_match_the_in_process_read() -> None:
     assert await node_addresses_async("node-a") == to_node_addresses(here, "node-a")
 
 
-def test_node_addresses_on_this_machine() -> None:
-    addrs = node_addresses()
+async def test_node_addresses_on_this_machine() -> None:
+    addrs = await node_addresses_async()
     assert addrs[-1] == {"type": "Hostname", "address": socket.gethostname()}
     internal = [a["address"] for a in addrs if a["type"] == "InternalIP"]
     assert internal, addrs

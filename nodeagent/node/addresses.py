@@ -73,11 +73,6 @@ def read_interface_addresses() -> list[AddrInfo]:
     return out
 
 
-def node_addresses(hostname: str | None = None) -> list[dict[str, str]]:
-    """The node's addresses as Kubernetes lists them, read from this machine."""
-    return to_node_addresses(read_interface_addresses(), hostname or socket.gethostname())
-
-
 async def read_in_child(timeout: float = 30.0) -> list[AddrInfo]:
     """read_interface_addresses() in a child interpreter (see the module docstring)."""
     proc = await asyncio.create_subprocess_exec(
@@ -96,7 +91,7 @@ async def read_in_child(timeout: float = 30.0) -> list[AddrInfo]:
 
 
 async def node_addresses_async(hostname: str | None = None) -> list[dict[str, str]]:
-    """node_addresses() without loading pyroute2 into this process."""
+    """The node's addresses as Kubernetes lists them, read from this machine (pyroute2 in a child)."""
     return to_node_addresses(await read_in_child(), hostname or socket.gethostname())
 
 

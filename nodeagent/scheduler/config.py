@@ -7,7 +7,6 @@ One immutable `SchedulerConfig` per load. Field types are shared with the agent'
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -24,15 +23,14 @@ from nodeagent.config import (
     LoggingConfig,
     _ip_address,
     _positive_duration,
+    pydantic_error_lines,
     read_yaml_file,
 )
-from nodeagent.errors import format_loc
 from nodeagent.names import validate_dns1123_subdomain
 
 API_VERSION = "nodeagent.io/v1alpha1"
 KIND = "SchedulerConfiguration"
 DEFAULT_PORT = 10251  # kube-scheduler's historical insecure port
-AUTH_TAGS = ("unset", "none", "config")
 
 
 def _agent_url(value: str) -> str:
@@ -119,27 +117,7 @@ class SchedulerConfig(BaseModel):
 
 
 def _lines(exc: ValidationError) -> list[str]:
-    aliases = {name: f.alias or name for name, f in SchedulerConfig.model_fields.items()}
-    known = list(aliases.values())
-    out = []
-    for err in exc.errors():
-        loc = [part for part in err["loc"] if part != "[key]"]
-        if len(loc) > 1 and loc[0] == "authentication" and loc[1] in AUTH_TAGS:
-            del loc[1]
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if not loc and ": " in message and message.split(": ", 1)[0].replace(".", "").replace(
-                "[", "").replace("]", "").isalnum():
-            out.append(message)  # a cross-key check that names its key itself
-            continue
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-            if len(loc) == 1:
-                close = difflib.get_close_matches(str(loc[0]), known, n=1, cutoff=0.7)
-                if close:
-                    message += f" (did you mean {close[0]}?)"
-        path = format_loc(loc)
-        out.append(f"{path}: {message}" if path else message)
-    return out
+    return [f"{path}: {message}" if path else message for path, message in pydantic_error_lines(exc, SchedulerConfig)]
 
 
 def parse_scheduler_config(data: Any, source: str) -> SchedulerConfig:
