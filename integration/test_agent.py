@@ -178,6 +178,27 @@ def test_oom_score_adj_per_qos_class(agent: AgentProcess) -> None:
         assert seen[("guaranteed", "main")] == -997
 
 
+def _nice(pid: int, tid: int | None = None) -> int:
+    """Field 19 of /proc/<pid>[/task/<tid>]/stat (after the parenthesised comm)."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    return int(Path(path).read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_agent_runs_ahead_of_its_pods_which_start_at_nice_0(agent: AgentProcess) -> None:
+    """The loop thread (the one running eviction passes) at the configured nice (-10 by default)
+    with reset-on-fork; a pod spawned by it back at nice 0 with the normal policy, and so are the
+    agent's later worker threads (reset-on-fork covers threads too)."""
+    assert agent.proc is not None
+    agent.create_ok(pod_manifest("plain", SLEEP))
+    pid, _ = agent.wait_running("plain")
+    assert _nice(agent.proc.pid) == -10
+    assert os.sched_getscheduler(agent.proc.pid) == os.SCHED_OTHER | os.SCHED_RESET_ON_FORK
+    assert _nice(pid) == 0
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER
+    workers = [int(t) for t in os.listdir(f"/proc/{agent.proc.pid}/task") if int(t) != agent.proc.pid]
+    assert all(_nice(agent.proc.pid, tid) == 0 for tid in workers), workers
+
+
 # ---- 3. OOM kills ----
 
 ALLOCATE = "l = []\nwhile True:\n    l.append(b'x' * (1 << 20))\n"

@@ -46,7 +46,7 @@ KIND = "NodeAgentConfiguration"
 _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/defaults.yaml"
 RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication", "tlsCertFile",
-                "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes")
+                "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes", "nice")
 UNIX_SOCKET_NAME = "nodeagent.sock"
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
 
@@ -215,6 +215,8 @@ class Config(BaseModel):
     eviction_minimum_reclaim: dict[str, EvictionValue] = Field(default_factory=dict)
     eviction_pressure_transition_period: Annotated[GoDuration, AfterValidator(_non_negative_duration)] = 300.0
     housekeeping_interval: Annotated[GoDuration, AfterValidator(_positive_duration)] = 10.0
+    # the agent's own CPU nice value; children (pods) start at 0 (node/priority.py)
+    nice: int = Field(default=-10, ge=-20, le=19)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     # API access. Unset authentication: reads open on loopback, writes only over unixSocket.
     authentication: AuthenticationField = None

@@ -55,6 +55,7 @@ from nodeagent.node.addresses import node_addresses_async, to_node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
+from nodeagent.node.priority import set_own_priority
 from nodeagent.node.registration import registration_loop
 from nodeagent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
 from nodeagent.node.static_pods import SOURCE_ANNOTATION as STATIC_SOURCE_ANNOTATION
@@ -251,6 +252,7 @@ class Agent:
         return f"{len(self.manager.pods)} pods ({running} running); {conditions}; API on {self.config.address}:{self.port}"
 
     async def start(self) -> None:
+        nice = set_own_priority(self.config.nice)  # first: threads started later inherit it
         adj = set_own_oom_score_adj()
         self.notifier.status("restoring pods from checkpoints")
         self.manager.setup_cgroups()
@@ -274,7 +276,7 @@ class Agent:
             await web.SockSite(self.runner, bind_unix_socket(self.config.unix_socket)).start()
         auth = self.config.authentication
         log.info("agent_ready", address=self.config.address, port=self.port, driver=f"v{self.driver.version}",
-                 pods=len(self.manager.pods), oom_score_adj=adj, unix_socket=self.config.unix_socket,
+                 pods=len(self.manager.pods), oom_score_adj=adj, nice=nice, unix_socket=self.config.unix_socket,
                  tls=self.ssl_context is not None,
                  authentication=auth if isinstance(auth, str) or auth is None else "token/x509",
                  allocatable={k: str(v) for k, v in self.allocatable.items()})

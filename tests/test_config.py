@@ -71,6 +71,7 @@ def test_defaults_of_our_own_keys() -> None:
     assert c.nodefs_path == c.state_dir and c.imagefs_path == c.state_dir
     assert c.static_pod_path is None
     assert c.housekeeping_interval == 10.0
+    assert c.nice == -10
     assert (c.logging.level, c.logging.format) == ("info", "auto")
     assert c.node_name == socket.gethostname().strip().lower()
 
@@ -296,6 +297,17 @@ def test_effective_config_round_trips() -> None:
     again = parse_config(c.to_dict(), "dumped")
     assert again == c
     assert again.thresholds == c.thresholds
+
+
+@pytest.mark.parametrize(("value", "message"), [(-21, "greater than or equal to -20"),
+                                              (20, "less than or equal to 19"), ("high", "integer")])
+def test_nice_is_a_nice_value(value: object, message: str) -> None:
+    errors = errors_of({"nice": value})
+    assert len(errors) == 1 and errors[0].startswith("nice: ") and message in errors[0], errors
+
+
+def test_nice_takes_a_restart() -> None:
+    assert restart_required_changes(parse_config({}, "old"), parse_config({"nice": 0}, "new")) == ["nice"]
 
 
 def test_restart_required_changes() -> None:

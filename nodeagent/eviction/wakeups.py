@@ -6,7 +6,7 @@
     cgroup v2: memory.high on kubepods HIGH_MARGIN above the hard threshold's line (crossing
                it throttles the allocator and bumps memory.events "high", which inotify turns
                into a wake-up that finds the threshold met); PSI where the kernel has it.
-    always:    adaptive polling (AdaptivePoll), from housekeepingInterval down to 50 ms.
+    always:    adaptive polling (AdaptivePoll), from housekeepingInterval down to 25 ms.
 
 Which kernel mechanisms are armed can be narrowed (benchmarks, or a kernel where one misbehaves)
 with NODEAGENT_EVICTION_WAKEUPS: a comma list of "psi", "memcg", "memory-events", or "none"
