@@ -47,7 +47,7 @@ from nodeagent.reload import ReloadResult, plan
 from nodeagent.errors import FieldError
 from nodeagent.eviction.evaluate import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE
 from nodeagent.eviction.manager import EvictionManager, PassResult
-from nodeagent.eviction.notify import AdaptivePoll
+from nodeagent.eviction.notify import AdaptivePoll, rate_floor
 from nodeagent.eviction.signals import NodeObserver
 from nodeagent.eviction.wakeups import MemoryWakeups
 from nodeagent.events import EventRecorder
@@ -206,7 +206,7 @@ class Agent:
         )
         self.manager.extra_admit = self.eviction.admit
         enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
-        self.wakeups = MemoryWakeups(self.driver, self.eviction, enforced_memory)
+        self.wakeups = MemoryWakeups(self.driver, self.eviction, enforced_memory, observer.memory)
         self.eviction.on_pass.append(self.wakeups.after_pass)
         self.reporter = NodeReporter(config, self.capacity, self.allocatable, self.driver, self.clock,
                                      read_node_info(f"v{version}", f"cgroupfs-v{version}"),
@@ -240,6 +240,10 @@ class Agent:
             conditions=self.eviction.conditions,
         )
 
+    def _adaptive_poll(self, config: Config) -> AdaptivePoll:
+        return AdaptivePoll(config.thresholds, max_s=config.housekeeping_interval,
+                            rate_floor=rate_floor(self.wakeups.notified_at_line))
+
     def _observe_eviction_reaction(self, result: PassResult) -> None:
         """From the stats that met the threshold to the victims gone (the pass awaited the kills)."""
         if result.evicted and result.signal and result.observed is not None and result.observed.time:
@@ -266,6 +270,7 @@ class Agent:
             self.reporter.addresses = to_node_addresses([], socket.gethostname())
         self.eviction.observe_now()
         await self.wakeups.start()
+        self.eviction.next_interval = self._adaptive_poll(self.config)
         await self.sync_static_pods()
         app = create_app(Backend(self), max_body=self.config.max_request_body_bytes, auth=self.auth,
                          metrics=self.metrics)
@@ -411,7 +416,7 @@ class Agent:
         self.eviction.set_thresholds(new.thresholds, transition_period=new.eviction_pressure_transition_period,
                                      max_pod_grace_period=new.eviction_max_pod_grace_period)
         self.eviction.interval = new.housekeeping_interval
-        self.eviction.next_interval = AdaptivePoll(new.thresholds, max_s=new.housekeeping_interval)
+        self.eviction.next_interval = self._adaptive_poll(new)
         self.wakeups.enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
         if enforced:
             high = self.wakeups.lines[0] if self.driver.version == 2 and self.wakeups.lines else None

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from nodeagent.eviction.notify.adaptive import (
     DEFAULT_MIN_S,
     DEFAULT_RATE_FLOOR,
+    NOTIFIED_RATE_FLOOR,
     AdaptivePoll,
     FillRate,
     next_interval,
+    rate_floor,
 )
 from nodeagent.eviction.notify.memcg_v1 import validate_thresholds
 from nodeagent.eviction.notify.memory_events import IN_DELETE, IN_MODIFY, increased, parse_inotify
@@ -260,3 +262,16 @@ def test_memcg_thresholds_are_positive_bytes_sorted_and_unique() -> None:
     for bad, field in [([], "thresholds"), ([0], r"thresholds\[0\]"), ([MI, -1], r"thresholds\[1\]"), ([True], r"thresholds\[0\]")]:
         with pytest.raises(ValueError, match=f"^{field}:"):
             validate_thresholds(bad)
+
+
+def test_a_kernel_watched_line_lets_the_poll_plan_for_slower_fills() -> None:
+    assert rate_floor(False) == DEFAULT_RATE_FLOOR and rate_floor(True) == NOTIFIED_RATE_FLOOR
+    assert NOTIFIED_RATE_FLOOR < DEFAULT_RATE_FLOOR
+    # 512 MiB above the line, nothing filling: 0.25 s when polling alone, 1 s when the kernel watches
+    assert next_interval(612 * MI, 100 * MI, 0.0, max_s=10.0, rate_floor=rate_floor(False)) == 0.25
+    assert next_interval(612 * MI, 100 * MI, 0.0, max_s=10.0, rate_floor=rate_floor(True)) == 1.0
+    # near the line both look every DEFAULT_MIN_S
+    for notified in (False, True):
+        assert next_interval(110 * MI, 100 * MI, 0.0, max_s=10.0, rate_floor=rate_floor(notified)) == DEFAULT_MIN_S
+    # an observed fast fill still wins over the lower floor
+    assert next_interval(612 * MI, 100 * MI, 2.0 * GI, max_s=10.0, rate_floor=rate_floor(True)) == 0.125

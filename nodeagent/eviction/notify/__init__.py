@@ -15,7 +15,7 @@ shrinks or fill rate grows. Usage, in the manager:
     await asyncio.wait_for(manager.wake.wait(), poll(observations))   # poll = AdaptivePoll(...)
 """
 
-from nodeagent.eviction.notify.adaptive import AdaptivePoll, FillRate, next_interval
+from nodeagent.eviction.notify.adaptive import AdaptivePoll, FillRate, next_interval, rate_floor
 from nodeagent.eviction.notify.base import (
     Notifier,
     NotifierUnavailable,
@@ -43,6 +43,7 @@ __all__ = [
     "event_waker",
     "memcg_dir",
     "next_interval",
+    "rate_floor",
     "set_memory_high",
     "start_all",
 ]
