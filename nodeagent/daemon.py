@@ -256,7 +256,7 @@ class Agent:
         return f"{len(self.manager.pods)} pods ({running} running); {conditions}; API on {self.config.address}:{self.port}"
 
     async def start(self) -> None:
-        nice = set_own_priority(self.config.nice)  # first: threads started later inherit it
+        nice = set_own_priority(self.config.nice)  # this (loop) thread runs every eviction pass
         adj = set_own_oom_score_adj()
         self.notifier.status("restoring pods from checkpoints")
         self.manager.setup_cgroups()

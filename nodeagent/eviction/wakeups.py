@@ -116,8 +116,8 @@ class MemoryWakeups:
     def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None,
                  observe_memory: Callable[[], Observation], mechanisms: frozenset[str] | None = None) -> None:
         """`observe_memory` reads memory.available alone: the lines need nothing else, and they
-        are recomputed after every pass (a full observation there doubled the idle cost in the
-        UML guest)."""
+        are recomputed after every pass (a full observation there, statvfs and pids included,
+        cost idle CPU: 1.20% -> 1.08% of the UML guest's core without it)."""
         self.observe_memory = observe_memory
         self.mechanisms = parse_mechanisms(os.environ.get(WAKEUPS_ENV)) if mechanisms is None else mechanisms
         self.driver = driver
