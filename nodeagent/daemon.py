@@ -55,7 +55,7 @@ from nodeagent.node.addresses import node_addresses_async, to_node_addresses
 from nodeagent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
 from nodeagent.node.capacity import Capacity, discover_capacity
 from nodeagent.node.checkpoint import CheckpointStore
-from nodeagent.node.priority import set_own_priority
+from nodeagent.node.priority import set_own_oom_score_adj, set_own_priority
 from nodeagent.node.registration import registration_loop
 from nodeagent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
 from nodeagent.node.static_pods import SOURCE_ANNOTATION as STATIC_SOURCE_ANNOTATION
@@ -66,26 +66,9 @@ from nodeagent.pods.manager import PodManager
 from nodeagent.pods.worker import PodEnv
 from nodeagent.quantity import Quantity
 from nodeagent.runtime import logs
-from nodeagent.runtime.spawn import own_oom_score_adj
 from nodeagent.sdnotify import Notifier, watchdog_loop
 
 log = structlog.get_logger(__name__)
-
-AGENT_OOM_SCORE_ADJ = -999
-
-
-def set_own_oom_score_adj(value: int = AGENT_OOM_SCORE_ADJ) -> int:
-    """The agent protects itself from the OOM killer like the kubelet (-999); returns what it got.
-
-    Lowering it needs CAP_SYS_RESOURCE; without it the current value stays and a warning says so.
-    """
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(str(value))
-    except OSError as e:
-        log.warning("agent_oom_score_adj_failed", wanted=value, error=str(e))
-    return own_oom_score_adj()
-
 
 @dataclass
 class NodeReporter:
@@ -202,7 +185,6 @@ class Agent:
             transition_period=config.eviction_pressure_transition_period,
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
-            next_interval=AdaptivePoll(config.thresholds, max_s=config.housekeeping_interval),
         )
         self.manager.extra_admit = self.eviction.admit
         enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
@@ -270,7 +252,7 @@ class Agent:
             self.reporter.addresses = to_node_addresses([], socket.gethostname())
         self.eviction.observe_now()
         await self.wakeups.start()
-        self.eviction.next_interval = self._adaptive_poll(self.config)
+        self.eviction.next_interval = self._adaptive_poll(self.config)  # its floor depends on what got armed
         await self.sync_static_pods()
         app = create_app(Backend(self), max_body=self.config.max_request_body_bytes, auth=self.auth,
                          metrics=self.metrics)
@@ -416,7 +398,6 @@ class Agent:
         self.eviction.set_thresholds(new.thresholds, transition_period=new.eviction_pressure_transition_period,
                                      max_pod_grace_period=new.eviction_max_pod_grace_period)
         self.eviction.interval = new.housekeeping_interval
-        self.eviction.next_interval = self._adaptive_poll(new)
         self.wakeups.enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
         if enforced:
             high = self.wakeups.lines[0] if self.driver.version == 2 and self.wakeups.lines else None
@@ -429,6 +410,7 @@ class Agent:
         self.config = new
         self.eviction.observe_now()
         self.wakeups.after_pass(PassResult(conditions=self.eviction.conditions))
+        self.eviction.next_interval = self._adaptive_poll(new)  # after the lines moved: what is armed now
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -19,10 +19,11 @@ from nodeagent.eviction.observations import Observation
 from nodeagent.eviction.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
 
 # At the line: four looks per 100 ms reaction budget. The kernel needs ~35 ms to free a 500 MiB
-# victim in the UML guest, so detection must stay well under 50 ms; at 50 ms the poll alone gave
-# a crossing -> SIGKILL p99 of 65 ms there, at 25 ms 36 ms (10-run series). A pass costs ~1.7 ms
-# in the guest, so this rate (only within ~50 MiB of a threshold, at the 1 GiB/s rate floor)
-# costs up to ~7% of its one core while the node sits at the line, and nothing further away.
+# victim in the UML guest, so detection must stay well under 50 ms. There, in 10-run latency
+# series where the poll found nearly every crossing, crossing -> SIGKILL p99 was 65 ms with a
+# 50 ms floor and 36 ms with 25 ms. A pass costs ~1.7 ms in the guest, so at this rate (only within
+# ~50 MiB of a threshold at the 1 GiB/s rate floor) it takes ~1.7/25 = ~7% of its one core while
+# the node sits at the line, and nothing further away.
 DEFAULT_MIN_S = 0.025
 DEFAULT_SAFETY = 0.5
 DEFAULT_RATE_FLOOR = 1 << 30  # bytes/s; one core faulting in fresh pages does ~1-4 GiB/s
