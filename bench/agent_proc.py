@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from nodeagent.cgroups.detect import make_driver, parse_mounts
+from nodeagent.agent.cgroups.detect import make_driver, parse_mounts
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -179,7 +179,7 @@ class AgentProc:
         path = os.path.join(self.tmp, "config.yaml")
         with open(path, "w") as f:
             yaml.safe_dump(self.config(), f)
-        log = open(self.log_path, "ab")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed after Popen
         try:
             self.proc = subprocess.Popen(
                 [self.python, "-m", "nodeagent", "run", "--config", path],

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "integration")]
 from agent_proc import pct  # noqa: E402
 from eviction_helpers import HOG_SCRIPT, MI, PYTHON, DeathWatch, Hogs, meminfo, signal_probe  # noqa: E402
 
-from nodeagent.cgroups.detect import make_driver  # noqa: E402
+from nodeagent.agent.cgroups.detect import make_driver  # noqa: E402
 
 LOCAL = HERE.parent / ".uml-work" / "earlyoom"
 

@@ -37,8 +37,8 @@ import sys
 import tempfile
 import time
 import urllib.error
-from datetime import datetime
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "integration")]
 from agent_harness import ensure_loopback_up, poll_until  # noqa: E402
 from agent_proc import AgentProc, MachineLoad, pct, proc_times  # noqa: E402
-from nodeagent.cgroups.detect import make_driver  # noqa: E402
-from eviction_helpers import (  # noqa: E402
-    MI, DeathWatch, Hogs, hog_manifest, meminfo, node_memory_available, signal_probe)
+from eviction_helpers import MI, DeathWatch, Hogs, hog_manifest, meminfo, node_memory_available, signal_probe  # noqa: E402
+
+from nodeagent.agent.cgroups.detect import make_driver  # noqa: E402
 
 WAKEUPS_ENV = "NODEAGENT_EVICTION_WAKEUPS"
 AGENT_ALLOWANCE = 64 * MI
@@ -109,7 +109,8 @@ class Agent:
         if self.proc.version == 2:
             stat = _keyed(self.kubepods_file("memory.stat"))
             limit = Path(self.kubepods_file("memory.max")).read_text().strip()
-            return (1 << 62 if limit == "max" else int(limit), int(Path(self.kubepods_file("memory.current")).read_text()),
+            current = int(Path(self.kubepods_file("memory.current")).read_text())
+            return (1 << 62 if limit == "max" else int(limit), current,
                     stat["inactive_file"])
         stat = _keyed(self.kubepods_file("memory.stat"))
         return (int(Path(self.kubepods_file("memory.limit_in_bytes")).read_text()),
@@ -218,7 +219,8 @@ def series(version: int, kind: str, mechanism: str, runs: int, step: int, interv
             lat = f"{r['latency'] * 1000:7.1f} ms" if r["latency"] is not None else "   (no crossing)"
             if r["decide"] is not None:
                 lat += f" (to SIGKILL {r['decide'] * 1000:6.1f} ms, then death {r['teardown'] * 1000:5.1f} ms)"
-            print(f"  {kind} {mechanism:>13} run {i + 1:2d}: {lat}  hog {r['headroom'] // MI} MiB evicted={r['evicted']} "
+            print(f"  {kind} {mechanism:>13} run {i + 1:2d}: {lat}  hog {r['headroom'] // MI} MiB "
+                  f"evicted={r['evicted']} "
                   f"kubepods_oom_kills={r['oom_kills']} kernel_kills={r['kernel_kills']}", flush=True)
         print(f"  machine during the series: {load.text()}", flush=True)
         total, count = agent.reaction_metric()
@@ -266,7 +268,8 @@ def main() -> None:
     ap.add_argument("what", choices=["latency", "race", "idle"])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--mechanisms", default=None, help="comma list (default: all,none; latency on v1: all,memcg,psi,none)")
+    ap.add_argument("--mechanisms", default=None,
+                    help="comma list (default: all,none; latency on v1: all,memcg,psi,none)")
     args = ap.parse_args()
     version = make_driver("auto", "/nodeagent-bench-probe").version
     kernel = f"{platform.release()} cgroup v{version}, {meminfo()['MemTotal'] // MI} MiB, {os.cpu_count()} CPU"

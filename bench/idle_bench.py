@@ -28,7 +28,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_proc import AgentProc, MachineLoad, parse_env, container_id_of, proc_times, vm_rss  # noqa: E402
+from agent_proc import AgentProc, MachineLoad, container_id_of, parse_env, proc_times, vm_rss
 
 NS = "bench"
 MiB = 1 << 20

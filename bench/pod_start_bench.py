@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_proc import AgentProc, MachineLoad, parse_env, container_id_of, parse_container_id, pct, proc_times  # noqa: E402
+from agent_proc import AgentProc, MachineLoad, container_id_of, parse_container_id, parse_env, pct, proc_times
 
 NS = "bench"
 QOS_DIR = {"Guaranteed": "kubepods", "Burstable": "kubepods/burstable", "BestEffort": "kubepods/besteffort"}
@@ -236,7 +236,7 @@ async def burst(session: aiohttp.ClientSession, agent: AgentProc, opts: argparse
         p.error = p.error or "timeout"
     results = await posts
     c1, b1 = cpu_s(agent), own_cpu_s()
-    for p, r in zip(probes, results):
+    for p, r in zip(probes, results, strict=False):
         if isinstance(r, BaseException):
             p.error = p.error or f"POST raised {r!r}"
     ok = [p for p in probes if not p.error]
@@ -334,7 +334,7 @@ def main() -> None:
     opts = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the agent writes cgroupfs")
-    from nodeagent.quantity import parse_quantity
+    from nodeagent.core.quantity import parse_quantity
 
     opts.limit_bytes = parse_quantity(opts.mem_limit).value()
     asyncio.run(amain(opts))

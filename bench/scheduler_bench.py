@@ -37,14 +37,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from nodeagent.clock import SystemClock  # noqa: E402
-from nodeagent.model import Pod, parse_pod  # noqa: E402
-from nodeagent.scheduler.cluster import NodeSpec, NodeTable, Taint  # noqa: E402
-from nodeagent.scheduler.framework import FitError, Framework, PodInfo, Scheduled  # noqa: E402
-from nodeagent.scheduler.preemption import Preemption, preempt  # noqa: E402
-from nodeagent.scheduler.queue import SchedulingQueue  # noqa: E402
+from nodeagent.cluster.scheduler.framework import FitError, Framework, PodInfo, Scheduled
+from nodeagent.cluster.scheduler.node_table import NodeSpec, NodeTable, Taint
+from nodeagent.cluster.scheduler.preemption import Preemption, preempt
+from nodeagent.cluster.scheduler.queue import SchedulingQueue
+from nodeagent.core.clock import SystemClock
+from nodeagent.core.model import Pod, parse_pod
 
 GI = 2**30
 CPUS = ["100m", "250m", "500m", "1", "2"]
@@ -221,10 +221,10 @@ async def _service_case(nodes: int, pods: int, bound: int, store: str, preempt_c
     """The real service (binder, state, store writes, bind tasks) with agents that answer at once."""
     import tempfile
 
-    from nodeagent.scheduler.config import parse_scheduler_config
-    from nodeagent.scheduler.objects import POD_SCHEDULED, condition, new_pod, set_condition
-    from nodeagent.scheduler.service import SchedulerService
-    from nodeagent.scheduler.store import MemoryStore, SqliteStore
+    from nodeagent.cluster.config import parse_scheduler_config
+    from nodeagent.cluster.objects import POD_SCHEDULED, condition, new_pod, set_condition
+    from nodeagent.cluster.server import SchedulerService
+    from nodeagent.cluster.store.sqlite import MemoryStore, SqliteStore
 
     rng = random.Random(4)
     tmp = tempfile.mkdtemp(prefix="sched-bench-")
@@ -317,9 +317,9 @@ def main() -> None:
     # the scheduler's info logs rendered as in production (JSON), into /dev/null
     import structlog
 
-    from nodeagent.logsetup import configure_logging
+    from nodeagent.daemonkit.logsetup import configure_logging
     configure_logging("info", "json")
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=open(os.devnull, "w")))
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=open(os.devnull, "w")))  # noqa: SIM115 - for the whole run
     scale = 10 if args.quick else 1
     print(f"python {sys.version.split()[0]}, numpy {np.__version__}, gc.freeze {FREEZE}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

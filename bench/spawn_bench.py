@@ -1,6 +1,6 @@
 """How fast the runtime starts container processes inside their cgroups (host cgroup v1, as root).
 
-Spawns N short processes (/bin/true) through nodeagent.runtime.spawn into a fresh memory + cpu
+Spawns N short processes (/bin/true) through nodeagent.agent.runtime.spawn into a fresh memory + cpu
 cgroup pair with an oom_score_adj, and prints:
   - the time spent in spawn() (what the agent's event loop pays), total and percentiles,
   - the time until every process has run and exited (the shim's sh + exec included),
@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from nodeagent.runtime.spawn import LaunchSpec, spawn
+from nodeagent.agent.runtime.spawn import LaunchSpec, spawn
 
 MEM_ROOT = "/sys/fs/cgroup/memory"
 CPU_ROOT = "/sys/fs/cgroup/cpu"

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kernel_view import CgroupFiles, container_id_parts, is_running, proc_stat  # noqa: F401 (re-exported)
-from nodeagent.cgroups.detect import make_driver
+
+from nodeagent.agent.cgroups.detect import make_driver
 
 T = TypeVar("T")
 NODE_NAME = "it-node"

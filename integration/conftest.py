@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cgroups.detect import make_driver
-from nodeagent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cgroups.detect import make_driver
+from nodeagent.agent.cgroups.driver import CgroupDriver
 
 HERE = Path(__file__).parent
 IS_ROOT = os.geteuid() == 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from nodeagent.cgroups.driver import CgroupDriver
-from nodeagent.resources import shares_to_cpu_weight
+from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.core.resources import shares_to_cpu_weight
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 V1_UNLIMITED = 1 << 62  # v1 reads "no limit" as 9223372036854771712

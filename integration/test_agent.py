@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from agent_harness import (
     HOUSEKEEPING_S,
     KUBE_RESERVED,
@@ -28,17 +27,19 @@ from agent_harness import (
     SYSTEM_RESERVED,
     AgentProcess,
     container_status,
-    poll_until,
     pod_manifest,
+    poll_until,
     running_pid,
 )
 from kernel_view import container_id_parts, cpu_is, expect_cpu, expect_memory, is_running
-from nodeagent.model import parse_pod
-from nodeagent.node.checkpoint import CheckpointStore
-from nodeagent.qos import oom_score_adj
-from nodeagent.quantity import parse_quantity
-from nodeagent.resources import milli_cpu_to_shares, shares_to_cpu_weight
-from nodeagent.runtime.spawn import clamp_oom_score_adj, has_cap_sys_resource
+
+from nodeagent.agent.node.procfs import has_cap_sys_resource
+from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
+from nodeagent.core.model import parse_pod
+from nodeagent.core.qos import oom_score_adj
+from nodeagent.core.quantity import parse_quantity
+from nodeagent.core.resources import milli_cpu_to_shares, shares_to_cpu_weight
 
 MI = 1 << 20
 SLEEP = "exec sleep 100000"
@@ -462,7 +463,7 @@ def test_static_pods_follow_their_files(make_agent: Callable[..., AgentProcess],
 
 
 def test_malformed_requests_are_refused_and_the_agent_carries_on(agent: AgentProcess) -> None:
-    post = lambda body, ctype="application/json": agent.request("POST", "/api/v1/pods", body, content_type=ctype)  # noqa: E731
+    post = lambda body, ctype="application/json": agent.request("POST", "/api/v1/pods", body, content_type=ctype)
     assert post(b"{not json")[0] == 400
     assert post(b"[1, 2, 3]")[0] == 400
     assert post(b"\xff\xfe\x00garbage")[0] == 400

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pytest
 
-from nodeagent.cgroups.common import CgroupError
-from nodeagent.cgroups.driver import CgroupDriver, CgroupSpec
-from nodeagent.errors import FieldError
-from nodeagent.resources import shares_to_cpu_weight
+from nodeagent.agent.cgroups.common import CgroupError
+from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
+from nodeagent.core.errors import FieldError
+from nodeagent.core.resources import shares_to_cpu_weight
 
 MI = 1024 * 1024
 V1_UNLIMITED = str(2**63 - 4096)  # memory.limit_in_bytes "unlimited", page-rounded

@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from agent_harness import AgentProcess, is_running, poll_until
 from eviction_helpers import (
     MI,
@@ -43,6 +41,7 @@ from eviction_helpers import (
     statvfs_available,
     tmpfs,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 KUBEPODS_MEMORY = 600 * MI  # the host's enforced allocatable for pods
 AGENT_ALLOWANCE = 64 * MI  # what the agent itself takes in the guest once started
@@ -322,14 +321,14 @@ def test_disk_pressure_reclaims_garbage_first(start_agent: StartAgent, resource:
     _, small = _fill(agent, "bystander", files=10, size=64 << 10, then="sleep")
     poll_until(lambda: _filled(small), 30, "bystander to write")
     garbage_amount = (700 if enough else 60) if inodes else (28 * MI if enough else 6 * MI)
-    _, garbage = _fill(agent, "done", **dict(zip(("files", "size"), files_for(garbage_amount))), then="exit")
+    _, garbage = _fill(agent, "done", **dict(zip(("files", "size"), files_for(garbage_amount), strict=False)), then="exit")
     poll_until(lambda: _phase(agent, "done") == "Succeeded", 30, "the garbage pod to complete")
     bystander_pid = agent.wait_running("bystander")[0]
     # the filler takes the node below the threshold; reclaiming the garbage gets it back above
     # (enough) or leaves it short, so the filler (the largest user) is evicted
     below = (100 if enough else 150) if inodes else (6 * MI if enough else 12 * MI)
     amount = free() - (threshold - below)
-    _, big = _fill(agent, "filler", **dict(zip(("files", "size"), files_for(amount))), then="sleep")
+    _, big = _fill(agent, "filler", **dict(zip(("files", "size"), files_for(amount), strict=False)), then="sleep")
     poll_until(lambda: condition(agent, "DiskPressure"), 30, "DiskPressure")
     status, body = agent.create(fill_manifest("late", str(uuid.uuid4()), "/nonexistent", count=0, size=0, then="exit"))
     assert status == 422 and body["reason"] == "Evicted" and "DiskPressure" in body["message"], (status, body)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cgroups.common import read_flat_keyed
-from nodeagent.cgroups.detect import make_driver
-from nodeagent.cgroups.driver import CgroupDriver, CgroupSpec
-from nodeagent.eviction.notify import (
+from nodeagent.agent.cgroups.common import read_flat_keyed
+from nodeagent.agent.cgroups.detect import make_driver
+from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
+from nodeagent.agent.eviction.notify import (
     PSI_SYSTEM_MEMORY,
     MemcgThresholdNotifier,
     MemoryEventsNotifier,
@@ -492,7 +492,7 @@ def test_observation_cost() -> None:
             usage = os.path.join(d, "memory.usage_in_bytes" if KERNEL == 1 else "memory.current")
             stat = os.path.join(d, "memory.stat")
 
-            def cgroup() -> tuple[int, int]:
+            def cgroup(usage: str = usage, stat: str = stat) -> tuple[int, int]:
                 with open(usage) as f:
                     u = int(f.read())
                 return u, read_flat_keyed(stat).get("total_inactive_file" if KERNEL == 1 else "inactive_file", -1)

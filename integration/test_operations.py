@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_harness import AgentProcess, container_status, pod_manifest, poll_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent_harness import AgentProcess, container_status, poll_until, pod_manifest
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.quantity import parse_quantity
 
 ALLOCATE = "b = bytearray(200 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
 

@@ -19,20 +19,18 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.runtime import logs
-from nodeagent.runtime.backoff import CrashBackoff
-from nodeagent.runtime.cgroup_handle import CgroupHandle
-from nodeagent.runtime.spawn import (
+from nodeagent.agent.node.procfs import has_cap_sys_resource, is_same_process, process_start_time
+from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.backoff import CrashBackoff
+from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
+from nodeagent.agent.runtime.spawn import (
     SETUP_FAILED,
     LaunchSpec,
     clamp_oom_score_adj,
-    has_cap_sys_resource,
-    is_same_process,
-    process_start_time,
     spawn,
 )
-from nodeagent.runtime.state import ContainerStatus, Running, Terminated, Waiting
-from nodeagent.runtime.supervisor import ContainerConfig, ContainerWorker
+from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated, Waiting
+from nodeagent.agent.runtime.supervisor import ContainerConfig, ContainerWorker
 
 MEM_ROOT = "/sys/fs/cgroup/memory"
 CPU_ROOT = "/sys/fs/cgroup/cpu"
@@ -515,9 +513,9 @@ def test_log_rotation_on_a_live_writer(tmp_path: Path, cgroup: V1TestCgroup) -> 
 
 async def test_with_the_real_v1_driver(tmp_path: Path) -> None:
     """The adapter over the project's CgroupV1Driver: join, OOM counter, kill, then removal."""
-    from nodeagent.cgroups.driver import CgroupSpec
-    from nodeagent.cgroups.v1 import CgroupV1Driver
-    from nodeagent.runtime.cgroup_handle import DriverCgroup
+    from nodeagent.agent.cgroups.driver import CgroupSpec
+    from nodeagent.agent.cgroups.v1 import CgroupV1Driver
+    from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
 
     driver = CgroupV1Driver(root=f"/nodeagent-rt-{uuid.uuid4().hex[:10]}")
     driver.create("pod1/app", CgroupSpec(memory_max=32 * 1024 * 1024, cpu_shares=512))
@@ -539,7 +537,7 @@ async def test_with_the_real_v1_driver(tmp_path: Path) -> None:
 
 async def test_a_manifest_container_runs_with_kubernetes_expansion(tmp_path: Path, cgroup: V1TestCgroup) -> None:
     """From parse_pod to a running process: $(VAR) in env/args, runAsUser, workingDir, containerStatus."""
-    from nodeagent.model import parse_pod
+    from nodeagent.core.model import parse_pod
 
     pod = parse_pod({
         "apiVersion": "v1",

@@ -28,11 +28,10 @@ from typing import Any
 
 import pytest
 import yaml
-
-from nodeagent.cgroups.detect import make_driver
-
 from agent_harness import ensure_loopback_up, free_port
 from conftest import KERNEL_VERSION, NO_VERSION_REASON
+
+from nodeagent.agent.cgroups.detect import make_driver
 
 pytestmark = pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}")
 
@@ -236,7 +235,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def writers(db: Path) -> list[int]:
-    """PIDs of store writer processes (nodeagent.scheduler.writer) working on `db`."""
+    """PIDs of store writer processes (nodeagent.cluster.store.writer) working on `db`."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -244,13 +243,13 @@ def writers(db: Path) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"nodeagent.scheduler.writer" in argv and str(db).encode() in argv:
+            if b"nodeagent.cluster.store.writer" in argv and str(db).encode() in argv:
                 out.append(int(entry.name))
     return out
 
 
 def capacity_bytes(text: str) -> int:
-    from nodeagent.quantity import parse_quantity
+    from nodeagent.core.quantity import parse_quantity
     return parse_quantity(text).value()
 
 

@@ -1,5 +1,5 @@
 """`python -m nodeagent`: the same as the `nodeagent` command."""
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 raise SystemExit(main())

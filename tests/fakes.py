@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import errno
 
-from nodeagent.cgroups.common import split_rel, validate_spec
-from nodeagent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.common import split_rel, validate_spec
+from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
 
 
 class FakeCgroupDriver:

@@ -1,5 +1,5 @@
 """Adaptive polling (pure): the interval, the fill-rate estimate, and the manager's next_interval;
-then the other pure helpers of nodeagent.eviction.notify (trigger lines, inotify parsing...).
+then the other pure helpers of nodeagent.agent.eviction.notify (trigger lines, inotify parsing...).
 
 The property that matters for the 100 ms reaction goal is checked by simulation: a hog filling
 no faster than the assumed floor is seen within min_s of crossing the threshold.
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.eviction.notify.adaptive import (
+from nodeagent.agent.config.thresholds import parse_thresholds
+from nodeagent.agent.eviction.notify.adaptive import (
     DEFAULT_MIN_S,
     DEFAULT_RATE_FLOOR,
     NOTIFIED_RATE_FLOOR,
@@ -23,11 +24,11 @@ from nodeagent.eviction.notify.adaptive import (
     next_interval,
     rate_floor,
 )
-from nodeagent.eviction.notify.memcg_v1 import validate_thresholds
-from nodeagent.eviction.notify.memory_events import IN_DELETE, IN_MODIFY, increased, parse_inotify
-from nodeagent.eviction.notify.psi import has_cap_sys_resource, trigger_line, unprivileged_trigger
-from nodeagent.eviction.observations import Observation
-from nodeagent.eviction.thresholds import parse_thresholds
+from nodeagent.agent.eviction.notify.memcg_v1 import validate_thresholds
+from nodeagent.agent.eviction.notify.memory_events import IN_DELETE, IN_MODIFY, increased, parse_inotify
+from nodeagent.agent.eviction.notify.psi import trigger_line, unprivileged_trigger
+from nodeagent.agent.eviction.observations import Observation
+from nodeagent.agent.node.procfs import has_cap_sys_resource
 
 MI = 1 << 20
 GI = 1 << 30
@@ -129,7 +130,7 @@ def thresholds(**soft: str):  # type: ignore[no-untyped-def]
     return parse_thresholds(
         {"memory.available": "100Mi", "nodefs.available": "10%"},
         soft or None,
-        {k: "30s" for k in soft} or None,
+        dict.fromkeys(soft, "30s") or None,
         None,
         enforce_node_allocatable=["pods"],
     )

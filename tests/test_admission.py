@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent.model import Pod, parse_pod
-from nodeagent.quantity import Quantity, parse_quantity
-from nodeagent.resources import FitResult, fits, pod_limits, pod_requests
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.quantity import Quantity, parse_quantity
+from nodeagent.core.resources import FitResult, fits, pod_limits, pod_requests
 
 _counter = 0
 

@@ -8,15 +8,15 @@ import struct
 
 import pytest
 
-from nodeagent.eviction.thresholds import Threshold, parse_thresholds
-from nodeagent.node.allocatable import (
+from nodeagent.agent.config.thresholds import Threshold, parse_thresholds
+from nodeagent.agent.node.allocatable import (
     enforced_pods_allocatable,
     hard_eviction_reservation,
     node_allocatable,
     node_allocatable_reservation,
     over_reserved,
 )
-from nodeagent.node.capacity import (
+from nodeagent.agent.node.capacity import (
     Capacity,
     discover_capacity,
     fs_totals,
@@ -25,7 +25,7 @@ from nodeagent.node.capacity import (
     parse_meminfo_total,
     parse_pid_max,
 )
-from nodeagent.quantity import Quantity, parse_quantity
+from nodeagent.core.quantity import Quantity, parse_quantity
 
 
 def f32(value: float) -> float:

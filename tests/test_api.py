@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from nodeagent.api import AdmissionError, AlreadyExists, create_app
-from nodeagent.errors import FieldError, ValidationErrors
+from nodeagent.agent.api import AdmissionError, AlreadyExists, create_app
+from nodeagent.core.errors import FieldError, ValidationErrors
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}, "status": {}}
 

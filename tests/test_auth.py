@@ -16,8 +16,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
-from nodeagent.api.app import create_app
-from nodeagent.api.auth import (
+from nodeagent.agent.api.app import create_app
+from nodeagent.agent.config.settings import AuthenticationConfig, ConfigError, parse_config
+from nodeagent.core.errors import FieldError
+from nodeagent.daemonkit.auth import (
     Authenticator,
     Peer,
     bind_unix_socket,
@@ -28,8 +30,6 @@ from nodeagent.api.auth import (
     read_token,
     unlink_unix_socket,
 )
-from nodeagent.config import AuthenticationConfig, ConfigError, parse_config
-from nodeagent.errors import FieldError
 
 TOKEN = "s3cret-token-value"
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
@@ -135,7 +135,7 @@ def test_bind_safety(address: str, auth: Any, tls: bool, ok: bool) -> None:
     error = check_bind_safety(address, auth, tls=tls)
     assert (error is None) == ok, error
     if not ok:
-        assert address in error and "authentication" in error or "tls" in error
+        assert (address in error and "authentication" in error) or "tls" in error
 
 
 def test_is_loopback() -> None:
@@ -265,7 +265,7 @@ async def test_unix_socket_is_root_only_and_trusted(tmp_path: Path) -> None:
     await runner.setup()
     try:
         await web.SockSite(runner, sock).start()
-        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as s:
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as s:  # noqa: SIM117
             async with s.post("http://localhost/api/v1/pods", json=POD) as r:
                 assert r.status == 201
         assert backend.created == ["web"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.clock import FakeClock
-from nodeagent.duration import format_go_duration
-from nodeagent.runtime.backoff import BACKOFF_PERIOD_S, MAX_CONTAINER_BACKOFF_S, CrashBackoff
-from nodeagent.runtime.state import crash_loop_message
+from nodeagent.agent.runtime.backoff import BACKOFF_PERIOD_S, MAX_CONTAINER_BACKOFF_S, CrashBackoff
+from nodeagent.agent.runtime.state import crash_loop_message
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.duration import format_go_duration
 
 
 def crash_loop(clock: FakeClock, b: CrashBackoff, runs: int, run_for: float = 0.0) -> list[float]:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.cgroups.driver import CgroupSpec
-from nodeagent.cgroups.layout import (
+from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.cgroups.layout import (
     container_cgroup_spec,
     container_path,
     kubepods_spec,
@@ -18,9 +18,9 @@ from nodeagent.cgroups.layout import (
     qos_cgroup_specs,
     qos_path,
 )
-from nodeagent.errors import FieldError
-from nodeagent.model import Pod, parse_pod
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.errors import FieldError
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.quantity import parse_quantity
 
 MI = 1024 * 1024
 

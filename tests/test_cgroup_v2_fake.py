@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from nodeagent.cgroups.common import CgroupError
-from nodeagent.cgroups.detect import CgroupMounts, detect_version, make_driver, parse_mounts
-from nodeagent.cgroups.driver import CgroupSpec
-from nodeagent.cgroups.v1 import CgroupV1Driver
-from nodeagent.cgroups.v2 import CgroupV2Driver
-from nodeagent.errors import FieldError
+from nodeagent.agent.cgroups.common import CgroupError
+from nodeagent.agent.cgroups.detect import CgroupMounts, detect_version, make_driver, parse_mounts
+from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.cgroups.v1 import CgroupV1Driver
+from nodeagent.agent.cgroups.v2 import CgroupV2Driver
+from nodeagent.core.errors import FieldError
 
 MI = 1024 * 1024
 V2_LEAF_FILES = ("cpu.weight", "cpu.max", "memory.max", "memory.high", "memory.swap.max", "pids.max")

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from nodeagent.errors import FieldError
-from nodeagent.node.checkpoint import (
+from nodeagent.agent.pods.checkpoint import (
     CheckpointStore,
     ContainerRecord,
     PodRecord,
     filename_for,
 )
+from nodeagent.core.errors import FieldError
 
 WALL = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 

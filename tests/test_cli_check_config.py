@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cli import check_config_report, main
-from nodeagent.config import load_config
-from nodeagent.node.capacity import Capacity
+from nodeagent.agent.config.settings import load_config
+from nodeagent.agent.node.capacity import Capacity
+from nodeagent.cli.main import check_config_report, main
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config" / "nodeagent.yaml"

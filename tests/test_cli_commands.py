@@ -1,4 +1,4 @@
-"""The client verbs end to end: `nodeagent.cli.main([...])` against the real aiohttp API app,
+"""The client verbs end to end: `nodeagent.cli.main.main([...])` against the real aiohttp API app,
 served from a thread on a temporary Unix socket and on TCP (plain and TLS), over a fake backend."""
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ import pytest
 import yaml
 from aiohttp import web
 
-from nodeagent import cli_commands
-from nodeagent.api import AdmissionError, AlreadyExists, create_app
-from nodeagent.cli import main
-from nodeagent.cli_commands import LogFollower, pod_ref, socket_path_from_config
-from nodeagent.client import _error_message
-from nodeagent.clock import FakeClock
-from nodeagent.errors import FieldError
-from nodeagent.model import parse_pod
-from nodeagent.node.status import ConditionTracker, NodeStatusInput, build_node, rfc3339
-from nodeagent.quantity import parse_quantity
+from nodeagent.agent.api import AdmissionError, AlreadyExists, create_app
+from nodeagent.agent.node.status import ConditionTracker, NodeStatusInput, build_node
+from nodeagent.cli import client_commands as cli_commands
+from nodeagent.cli.client import _error_message
+from nodeagent.cli.client_commands import LogFollower, pod_ref, socket_path_from_config
+from nodeagent.cli.main import main
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.errors import FieldError
+from nodeagent.core.model import parse_pod
+from nodeagent.core.quantity import parse_quantity
+from nodeagent.core.timefmt import rfc3339
 
 
 def manifest(name: str, ns: str | None = None, containers: tuple[str, ...] = ("app",),

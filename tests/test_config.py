@@ -8,8 +8,8 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from nodeagent import config as config_module
-from nodeagent.config import (
+from nodeagent.agent.config import settings as config_module
+from nodeagent.agent.config.settings import (
     Config,
     ConfigError,
     config_warnings,
@@ -21,9 +21,9 @@ from nodeagent.config import (
     parse_yaml,
     restart_required_changes,
 )
-from nodeagent.duration import format_go_duration, parse_go_duration
-from nodeagent.eviction.thresholds import DEFAULT_EVICTION_HARD
-from nodeagent.quantity import parse_quantity
+from nodeagent.agent.config.thresholds import DEFAULT_EVICTION_HARD
+from nodeagent.core.duration import format_go_duration, parse_go_duration
+from nodeagent.core.quantity import parse_quantity
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config" / "nodeagent.yaml"

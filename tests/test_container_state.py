@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from nodeagent.runtime.state import (
+from nodeagent.agent.runtime.state import (
     ContainerStatus,
     Running,
     Terminated,
@@ -156,7 +156,7 @@ LOOP_AFTER_OK = ContainerStatus("x", Waiting("CrashLoopBackOff", "m"), last_stat
 
 def phase(policy: str, *states: ContainerStatus | None, terminal: bool = False, static: bool = False) -> str:
     names = [f"c{i}" for i in range(len(states))]
-    statuses = {n: s for n, s in zip(names, states) if s is not None}
+    statuses = {n: s for n, s in zip(names, states, strict=False) if s is not None}
     return pod_phase(policy, names, statuses, pod_is_terminal=terminal, is_static=static)
 
 

@@ -13,19 +13,37 @@ from typing import Any
 
 import pytest
 
-from nodeagent.clock import FakeClock
-from nodeagent.eviction.evaluate import (
-    DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE, Decision, EvictionState, admit_under_pressure,
-    conditions_observed_since, node_conditions, node_conditions_last_observed_at, reclaim_amount,
-    sort_by_eviction_priority, step, thresholds_first_observed_at, thresholds_met,
-    thresholds_met_grace_period, thresholds_updated_stats,
+from nodeagent.agent.config.thresholds import Threshold, parse_thresholds
+from nodeagent.agent.eviction.evaluate import (
+    DISK_PRESSURE,
+    MEMORY_PRESSURE,
+    PID_PRESSURE,
+    Decision,
+    EvictionState,
+    admit_under_pressure,
+    conditions_observed_since,
+    node_conditions,
+    node_conditions_last_observed_at,
+    reclaim_amount,
+    sort_by_eviction_priority,
+    step,
+    thresholds_first_observed_at,
+    thresholds_met,
+    thresholds_met_grace_period,
+    thresholds_updated_stats,
 )
-from nodeagent.eviction.observations import (
-    FsStats, Observation, fs_observations, has_dedicated_imagefs, memory_available, pid_available, working_set,
+from nodeagent.agent.eviction.observations import (
+    FsStats,
+    Observation,
+    fs_observations,
+    has_dedicated_imagefs,
+    memory_available,
+    pid_available,
+    working_set,
 )
-from nodeagent.eviction.thresholds import Threshold, parse_thresholds
-from nodeagent.model import parse_pod
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.model import parse_pod
+from nodeagent.core.quantity import parse_quantity
 
 Mi, Gi = 1024**2, 1024**3
 

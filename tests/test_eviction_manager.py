@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from nodeagent.clock import FakeClock
-from nodeagent.eviction.manager import EvictionManager
-from nodeagent.eviction.observations import Observation, PodUsage
-from nodeagent.eviction.thresholds import parse_thresholds
-from nodeagent.events import EventRecorder
-from nodeagent.model import Pod, parse_pod
+from nodeagent.agent.config.thresholds import parse_thresholds
+from nodeagent.agent.events import EventRecorder
+from nodeagent.agent.eviction.manager import EvictionManager
+from nodeagent.agent.eviction.observations import Observation, PodUsage
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.model import Pod, parse_pod
 
 MI = 1024 * 1024
 CAP = 1024 * MI

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent.eviction.observations import ContainerUsage, Observation, PodUsage
-from nodeagent.eviction.ranking import (
+from nodeagent.agent.config.thresholds import Threshold
+from nodeagent.agent.eviction.observations import ContainerUsage, Observation, PodUsage
+from nodeagent.agent.eviction.ranking import (
+    evictable,
     eviction_grace_period,
     eviction_message,
-    evictable,
     grace_period_override,
     rank_disk,
     rank_for_signal,
@@ -25,9 +26,8 @@ from nodeagent.eviction.ranking import (
     rank_pids,
     select_victims,
 )
-from nodeagent.eviction.thresholds import Threshold
-from nodeagent.model import Pod, parse_pod
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.quantity import parse_quantity
 
 LOW, DEFAULT, HIGH = -1, 0, 1
 Mi, Gi = 1024**2, 1024**3
@@ -80,8 +80,7 @@ def test_ordered_by_memory() -> None:
         pod("guaranteed-high", requests={"memory": "1Gi"}, limits={"memory": "1Gi"}),
         pod("guaranteed-low", requests={"memory": "1Gi"}, limits={"memory": "1Gi"}),
     ]
-    usage = mem_usage(**{"best_effort_high": "500Mi", "best_effort_low": "300Mi", "burstable_high": "800Mi",
-                         "burstable_low": "300Mi", "guaranteed_high": "800Mi", "guaranteed_low": "200Mi"})
+    usage = mem_usage(best_effort_high="500Mi", best_effort_low="300Mi", burstable_high="800Mi", burstable_low="300Mi", guaranteed_high="800Mi", guaranteed_low="200Mi")
     assert names(rank_memory(pods, usage)) == [
         "burstable-high", "best-effort-high", "best-effort-low", "burstable-low", "guaranteed-high", "guaranteed-low",
     ]
@@ -204,7 +203,7 @@ MIN_RECLAIM_PODS = [  # TestMinReclaim's pods: name, priority, requests, working
         (100 * Mi + 1, ["best-effort-low-priority-low-usage", "burstable-above-requests"]),
         (500 * Mi, ["best-effort-low-priority-low-usage", "burstable-above-requests"]),
         (900 * Mi, ["best-effort-low-priority-low-usage", "burstable-above-requests", "best-effort-high-priority-high-usage"]),
-        (100 * Gi, [n for n in ("best-effort-low-priority-low-usage", "burstable-above-requests",
+        (100 * Gi, [n for n in ("best-effort-low-priority-low-usage", "burstable-above-requests",  # noqa: C416
                                  "best-effort-high-priority-high-usage", "guaranteed-low-priority-high-usage",
                                  "burstable-below-requests")]),
     ],

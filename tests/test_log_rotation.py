@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import FieldError
-from nodeagent.runtime import logs
+from nodeagent.agent.runtime import logs
+from nodeagent.core.errors import FieldError
 
 
 def write(path: Path, text: str) -> None:

@@ -8,9 +8,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent.api.app import create_app
-from nodeagent.api.auth import Authenticator
-from nodeagent.api.metrics import (
+from nodeagent.agent.api.app import create_app
+from nodeagent.agent.api.metrics import (
     Metrics,
     NodeSnapshot,
     PodSample,
@@ -21,9 +20,10 @@ from nodeagent.api.metrics import (
     signal_samples,
     threshold_samples,
 )
-from nodeagent.config import AuthenticationConfig, parse_config
-from nodeagent.eviction.observations import Observation
-from nodeagent.quantity import parse_quantity
+from nodeagent.agent.config.settings import AuthenticationConfig, parse_config
+from nodeagent.agent.eviction.observations import Observation
+from nodeagent.core.quantity import parse_quantity
+from nodeagent.daemonkit.auth import Authenticator
 
 GI = 1 << 30
 

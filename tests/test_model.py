@@ -5,15 +5,15 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
 import pytest
 
-from nodeagent.errors import FieldError, ValidationErrors
-from nodeagent.model import Pod, parse_pod
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.errors import FieldError, ValidationErrors
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.quantity import parse_quantity
 
 BASE: dict[str, Any] = {
     "apiVersion": "v1",
@@ -191,7 +191,7 @@ def test_to_dict_is_kubernetes_shaped() -> None:
 
 
 def test_creation_timestamp_from_yaml_datetime() -> None:
-    when = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+    when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     pod = parse_pod(manifest(lambda m: m["metadata"].update(creationTimestamp=when)))
     assert pod.metadata.creation_timestamp == when
     assert pod.to_dict()["metadata"]["creationTimestamp"] == "2024-05-01T12:00:00Z"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent import names
-from nodeagent.names import (
+from nodeagent.core import names
+from nodeagent.core.names import (
     container_resource_name_errors,
     is_extended_resource_name,
     is_overcommit_allowed,

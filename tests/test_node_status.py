@@ -9,16 +9,14 @@ import socket
 import pytest
 
 import nodeagent
-from nodeagent.clock import FakeClock
-from nodeagent.errors import FieldError
-from nodeagent.node.addresses import (
+from nodeagent.agent.node.addresses import (
     AddrInfo,
     node_addresses_async,
     read_in_child,
     read_interface_addresses,
     to_node_addresses,
 )
-from nodeagent.node.status import (
+from nodeagent.agent.node.status import (
     ConditionTracker,
     NodeStatusInput,
     build_node,
@@ -26,7 +24,9 @@ from nodeagent.node.status import (
     parse_os_release,
     read_node_info,
 )
-from nodeagent.quantity import Quantity, parse_quantity
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.errors import FieldError
+from nodeagent.core.quantity import Quantity, parse_quantity
 
 HOST = {"type": "Hostname", "address": "node-a"}
 

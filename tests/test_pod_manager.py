@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fakes import FakeCgroupDriver
-from nodeagent.api.backend import AdmissionError, AlreadyExists
-from nodeagent.cgroups.driver import CgroupSpec
-from nodeagent.clock import SystemClock
-from nodeagent.errors import FieldError
-from nodeagent.node.checkpoint import CheckpointStore
-from nodeagent.pods.manager import PodManager
-from nodeagent.pods.worker import PodEnv
-from nodeagent.quantity import parse_quantity
-from nodeagent.resources import milli_cpu_to_shares
-from nodeagent.runtime.backoff import CrashBackoff
+
+from nodeagent.agent.api.backend import AdmissionError, AlreadyExists
+from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.pods.manager import PodManager
+from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.runtime.backoff import CrashBackoff
+from nodeagent.core.clock import SystemClock
+from nodeagent.core.errors import FieldError
+from nodeagent.core.quantity import parse_quantity
+from nodeagent.core.resources import milli_cpu_to_shares
 
 GI = 1 << 30
 MI = 1 << 20
@@ -213,7 +213,7 @@ async def test_restart_policies(manager: PodManager) -> None:
     await manager.create_pod(manifest("never", "exit 3", restart="Never"))
     await manager.create_pod(manifest("done", "exit 0", restart="OnFailure"))
     await manager.create_pod(manifest("flaky", "exit 1", restart="OnFailure"))
-    phase = lambda n: manager.get_pod("default", n)["status"]["phase"]  # type: ignore[index]  # noqa: E731
+    phase = lambda n: manager.get_pod("default", n)["status"]["phase"]  # type: ignore[index]
     await until(lambda: phase("never") == "Failed", what="never to fail")
     assert status(manager, "never")["state"]["terminated"]["exitCode"] == 3
     assert status(manager, "never")["restartCount"] == 0

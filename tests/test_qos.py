@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent.model import Pod, parse_pod
-from nodeagent.qos import (
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.qos import (
     BESTEFFORT_OOM_SCORE_ADJ,
     GUARANTEED_OOM_SCORE_ADJ,
     KUBELET_OOM_SCORE_ADJ,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from nodeagent.quantity import (
+from nodeagent.core.quantity import (
     MAX_INT64,
     MIN_INT64,
     NANO,
@@ -553,7 +553,7 @@ def test_arithmetic_is_exact(a: Quantity, b: Quantity) -> None:
     assert (a + b).as_fraction() == a.as_fraction() + b.as_fraction()
     assert (a + b) - b == a and a - a == Quantity(0)
     assert (a < b) == (a.as_fraction() < b.as_fraction())
-    assert -(-a) == a and (-a).format == a.format
+    assert -(-a) == a and (-a).format == a.format  # noqa: B002
 
 
 @settings(max_examples=500, deadline=None)

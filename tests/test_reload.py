@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nodeagent.config import parse_config
-from nodeagent.reload import changed_keys, plan
+from nodeagent.agent.config.reload import changed_keys, plan
+from nodeagent.agent.config.settings import parse_config
 
 
 def cfg(**data: object):

@@ -1,4 +1,4 @@
-"""Tables and wording for people (nodeagent.render): pure, so every output is checked exactly."""
+"""Tables and wording for people (nodeagent.cli.render): pure, so every output is checked exactly."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent import render
-from nodeagent.clock import FakeClock
-from nodeagent.model import parse_pod
-from nodeagent.node.status import ConditionTracker, NodeStatusInput, build_node, rfc3339
-from nodeagent.quantity import parse_quantity
+from nodeagent.agent.node.status import ConditionTracker, NodeStatusInput, build_node
+from nodeagent.cli import render
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.model import parse_pod
+from nodeagent.core.quantity import parse_quantity
+from nodeagent.core.timefmt import rfc3339
 
 NOW = 1_700_000_000.0
 

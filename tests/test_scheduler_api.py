@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
-
-from nodeagent.scheduler.api import create_app
-from nodeagent.scheduler.service import SchedulerService
 from test_scheduler_support import FakeAgents, make_service, node_report, pod_manifest, settle
+
+from nodeagent.cluster.apiserver.app import create_app
+from nodeagent.cluster.server import SchedulerService
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent.cli import main
-from nodeagent.config import ConfigError
-from nodeagent.scheduler.config import SchedulerConfig, load_scheduler_config, parse_scheduler_config
+from nodeagent.agent.config.settings import ConfigError
+from nodeagent.cli.main import main
+from nodeagent.cluster.config import SchedulerConfig, load_scheduler_config, parse_scheduler_config
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "config" / "scheduler.yaml"

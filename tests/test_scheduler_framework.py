@@ -8,12 +8,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nodeagent.model import Toleration, parse_pod
-from nodeagent.scheduler.cluster import NOT_READY, UNSCHEDULABLE, NodeSpec, NodeTable, Taint
-from nodeagent.scheduler.framework import (
-    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, FitError, Framework, PodInfo, Scheduled,
-    ScoringConfig, tolerates,
+from nodeagent.cluster.scheduler.framework import (
+    DEFAULT_MEMORY_REQUEST,
+    DEFAULT_MILLI_CPU_REQUEST,
+    FitError,
+    Framework,
+    PodInfo,
+    Scheduled,
+    ScoringConfig,
+    tolerates,
 )
+from nodeagent.cluster.scheduler.node_table import NOT_READY, UNSCHEDULABLE, NodeSpec, NodeTable, Taint
+from nodeagent.core.model import Toleration, parse_pod
 
 GI = 2**30
 MI = 2**20
@@ -134,7 +140,7 @@ def kube_score(alloc: tuple[int, int], nz_used: tuple[int, int], used: tuple[int
                pod_nz: tuple[int, int], pod_req: tuple[int, int], strategy: str) -> int:
     """kube-scheduler's formulas, transcribed with Go's integer arithmetic."""
     fit = []
-    for a, u, p in zip(alloc, nz_used, pod_nz):
+    for a, u, p in zip(alloc, nz_used, pod_nz, strict=False):
         r = u + p
         if strategy == "LeastAllocated":
             fit.append(0 if r > a else (a - r) * 100 // a)
@@ -142,7 +148,7 @@ def kube_score(alloc: tuple[int, int], nz_used: tuple[int, int], used: tuple[int
             fit.append(min(r, a) * 100 // a)
     total = sum(fit) // 2
     if pod_req != (0, 0):
-        fc, fm = (min((u + p) / a, 1.0) for a, u, p in zip(alloc, used, pod_req))
+        fc, fm = (min((u + p) / a, 1.0) for a, u, p in zip(alloc, used, pod_req, strict=False))
         total += int((1 - abs((fc - fm) / 2)) * 100)
     return total
 
@@ -250,7 +256,7 @@ def test_pod_info_from_a_parsed_pod() -> None:
 
 def naive_reasons(t: NodeTable, pod: PodInfo) -> tuple[list[str], dict[str, int]]:
     """Each node through NodeUnschedulable, TaintToleration, NodeAffinity, NodeResourcesFit."""
-    from nodeagent.scheduler.framework import tolerated_by_any
+    from nodeagent.cluster.scheduler.framework import tolerated_by_any
 
     feasible: list[str] = []
     reasons: dict[str, int] = {}

@@ -7,13 +7,23 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nodeagent.errors import FieldError
-from nodeagent.quantity import parse_quantity
-from nodeagent.scheduler.cluster import (
-    CPU_COL, DISK_PRESSURE, MEM_COL, MEMORY_PRESSURE, NOT_READY, PID_PRESSURE, PODS_COL,
-    UNSCHEDULABLE, NodeSpec, NodeTable, Taint, amount,
+from nodeagent.cluster.scheduler.framework import PodInfo
+from nodeagent.cluster.scheduler.node_table import (
+    CPU_COL,
+    DISK_PRESSURE,
+    MEM_COL,
+    MEMORY_PRESSURE,
+    NOT_READY,
+    PID_PRESSURE,
+    PODS_COL,
+    UNSCHEDULABLE,
+    NodeSpec,
+    NodeTable,
+    Taint,
+    amount,
 )
-from nodeagent.scheduler.framework import PodInfo
+from nodeagent.core.errors import FieldError
+from nodeagent.core.quantity import parse_quantity
 
 GI = 2**30
 
@@ -114,7 +124,7 @@ def test_extended_resources_add_columns() -> None:
     t = NodeTable()
     t.upsert(node("a"))
     names = [f"example.com/dev{i}" for i in range(12)]  # more than the initial 8 rows
-    t.upsert(NodeSpec("b", {"cpu": 1000, "memory": GI, "pods": 10, **{n: 2 for n in names}}))
+    t.upsert(NodeSpec("b", {"cpu": 1000, "memory": GI, "pods": 10, **dict.fromkeys(names, 2)}))
     assert t.resources[4:] == names
     last = t.resource_col(names[-1])
     assert free(t, "b", last) == 2 and free(t, "a", last) == 0

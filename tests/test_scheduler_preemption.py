@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from nodeagent.model import Toleration
-from nodeagent.scheduler.cluster import NodeSpec, NodeTable, Taint
-from nodeagent.scheduler.framework import FitError, Framework, PodInfo
-from nodeagent.scheduler.preemption import Preemption, preempt
+from nodeagent.cluster.scheduler.framework import FitError, Framework, PodInfo
+from nodeagent.cluster.scheduler.node_table import NodeSpec, NodeTable, Taint
+from nodeagent.cluster.scheduler.preemption import Preemption, preempt
+from nodeagent.core.model import Toleration
 
 GI = 2**30
 
@@ -154,7 +154,7 @@ def test_tolerations_let_the_pod_preempt_on_tainted_nodes() -> None:
 def kube_preempt(t: NodeTable, fw: Framework, pod: PodInfo) -> tuple[str, list[str]] | None:
     """Every node: SelectVictimsOnNode, then pickOneNodeForPreemption, written out naively."""
     ok = fw.static_masks(pod).ok
-    need = dict(zip(*(a.tolist() for a in pod.vector(t))))
+    need = dict(zip(*(a.tolist() for a in pod.vector(t)), strict=False))
     candidates = []
     for i, name in enumerate(t.names):
         if not ok[i]:
@@ -248,7 +248,7 @@ def test_many_identical_full_nodes() -> None:
 
 
 def test_select_victims_on_one_node_and_reasons_survive_the_eviction() -> None:
-    from nodeagent.scheduler.preemption import select_victims
+    from nodeagent.cluster.scheduler.preemption import select_victims
 
     t, fw = setup(node("n", cpu=4000))
     fill(t, "n", ("a", 500, 1), ("b", 2000, 3), ("c", 1000, 3), ("d", 500, 9))

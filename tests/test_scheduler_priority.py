@@ -6,11 +6,14 @@ from typing import Any
 
 import pytest
 
-from nodeagent.errors import FieldError, ValidationErrors
-from nodeagent.scheduler.priority import (
-    PriorityClass, PriorityClassRegistry, ResolvedPriority, parse_priority_class,
+from nodeagent.cluster.admission.priority import (
+    PriorityClass,
+    PriorityClassRegistry,
+    ResolvedPriority,
+    parse_priority_class,
     validate_priority_class,
 )
+from nodeagent.core.errors import FieldError, ValidationErrors
 
 
 def manifest(**kw: Any) -> dict[str, Any]:

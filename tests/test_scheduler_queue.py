@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.clock import FakeClock
-from nodeagent.scheduler.queue import SchedulingQueue
+from nodeagent.cluster.scheduler.queue import SchedulingQueue
+from nodeagent.core.clock import FakeClock
 
 
 def drain(q: SchedulingQueue[str]) -> list[str]:

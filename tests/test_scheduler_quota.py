@@ -6,13 +6,21 @@ from typing import Any
 
 import pytest
 
-from nodeagent.errors import ValidationErrors
-from nodeagent.model import Pod, parse_pod
-from nodeagent.quantity import Quantity, parse_quantity
-from nodeagent.scheduler.quota import (
-    QuotaExceeded, QuotaMissingRequests, ResourceQuota, charge, check, check_object, compute_used,
-    object_usage, parse_resource_quota, pod_usage,
+from nodeagent.cluster.admission.quota import (
+    QuotaExceeded,
+    QuotaMissingRequests,
+    ResourceQuota,
+    charge,
+    check,
+    check_object,
+    compute_used,
+    object_usage,
+    parse_resource_quota,
+    pod_usage,
 )
+from nodeagent.core.errors import ValidationErrors
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.quantity import Quantity, parse_quantity
 
 _n = 0
 

@@ -6,10 +6,17 @@ from typing import Any
 
 import pytest
 
-from nodeagent.scheduler.objects import POD_SCHEDULED, PodRecord, new_pod
-from nodeagent.scheduler.reconcile import (
-    Adopt, AdoptBinding, DeleteOnAgent, Foreign, Gone, Rebind, Status, reconcile,
+from nodeagent.cluster.agents.reconcile import (
+    Adopt,
+    AdoptBinding,
+    DeleteOnAgent,
+    Foreign,
+    Gone,
+    Rebind,
+    Status,
+    reconcile,
 )
+from nodeagent.cluster.objects import POD_SCHEDULED, PodRecord, new_pod
 
 
 def rec(name: str, node: str | None = None, *, phase: str = "Running", confirmed: bool = True,

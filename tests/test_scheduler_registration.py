@@ -11,11 +11,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
-
-from nodeagent.config import Config, parse_config
-from nodeagent.node.registration import Registration, agent_api_url, registration_loop, status_body
-from nodeagent.scheduler.api import create_app
 from test_scheduler_support import FakeAgents, make_service, node_report
+
+from nodeagent.agent.api.registration import Registration, agent_api_url, registration_loop, status_body
+from nodeagent.agent.config.settings import Config, parse_config
+from nodeagent.cluster.apiserver.app import create_app
 
 
 def config(**kw: Any) -> Config:

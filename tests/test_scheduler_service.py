@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from nodeagent.clock import FakeClock
-from nodeagent.scheduler.admission import ApiError, Operations
-from nodeagent.scheduler.service import SchedulerService
-from nodeagent.scheduler.store import SqliteStore
 from test_scheduler_support import FakeAgents, make_service, pod_manifest, settle, wait_for
+
+from nodeagent.cluster.apiserver.operations import ApiError, Operations
+from nodeagent.cluster.server import SchedulerService
+from nodeagent.cluster.store.sqlite import SqliteStore
+from nodeagent.core.clock import FakeClock
 
 PC_HIGH = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
            "metadata": {"name": "high"}, "value": 1000}
@@ -282,7 +282,7 @@ async def test_restart_between_the_binding_write_and_the_agent_rebinds(tmp_path:
     rec = svc.state.pods["default/p"]
     rec.status["conditions"] = []  # and the confirmation was never written
     store = SqliteStore(db)
-    store.apply([__import__("nodeagent.scheduler.store", fromlist=["Put"]).Put(
+    store.apply([__import__("nodeagent.cluster.store.sqlite", fromlist=["Put"]).Put(
         "pods", "default/p", __import__("json").dumps(rec.obj), 99)])
     store.close()
     svc2 = make_service(fake, store=SqliteStore(db))
@@ -388,7 +388,7 @@ async def test_default_store_is_sqlite_in_a_writer_process(tmp_path: Path) -> No
     fake = agents(2)
     cfg = {"nodes": [{"name": n, "url": f"http://{n}:1"} for n in fake.nodes], "authentication": "none",
            "stateDir": str(tmp_path), "nodePollInterval": "1h"}
-    from nodeagent.scheduler.config import parse_scheduler_config
+    from nodeagent.cluster.config import parse_scheduler_config
     svc = SchedulerService(parse_scheduler_config(cfg, "t"), agents=fake)
     await svc.start(serve=False)
     await Operations(svc).create_pod("default", pod_manifest("p"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.scheduler.store import AsyncStore, Delete, MemoryStore, Put, SqliteStore, encode
+from nodeagent.cluster.store.sqlite import AsyncStore, Delete, MemoryStore, Put, SqliteStore, encode
 
 
 def put(kind: str, key: str, obj: dict, rev: int) -> Put:
@@ -120,8 +120,8 @@ async def test_write_failure_reaches_the_awaiting_caller(tmp_path: Path) -> None
 
 # ---- the writer process (nodeagent/scheduler/writer.py) ----
 
-from nodeagent.scheduler import writer as writer_mod  # noqa: E402
-from nodeagent.scheduler.writer import ProcessStore, decode_frame, encode_frame  # noqa: E402
+from nodeagent.cluster.store import writer as writer_mod  # noqa: E402
+from nodeagent.cluster.store.writer import ProcessStore, decode_frame, encode_frame  # noqa: E402
 
 
 def test_frames_roundtrip() -> None:

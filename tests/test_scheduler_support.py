@@ -8,11 +8,11 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from nodeagent.clock import Clock
-from nodeagent.scheduler.agents import AgentConflict, AgentRefused, AgentUnavailable
-from nodeagent.scheduler.config import parse_scheduler_config
-from nodeagent.scheduler.service import SchedulerService
-from nodeagent.scheduler.store import MemoryStore, Store
+from nodeagent.cluster.agents.client import AgentConflict, AgentRefused, AgentUnavailable
+from nodeagent.cluster.config import parse_scheduler_config
+from nodeagent.cluster.server import SchedulerService
+from nodeagent.cluster.store.sqlite import MemoryStore, Store
+from nodeagent.core.clock import Clock
 
 
 def node_report(name: str, cpu: str = "1", memory: str = "1Gi", pods: str = "110", *,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.sdnotify import Notifier, socket_address, watchdog_loop, watchdog_usec_from_env
+from nodeagent.daemonkit.sdnotify import Notifier, socket_address, watchdog_loop, watchdog_usec_from_env
 
 
 class Receiver:
@@ -141,8 +141,8 @@ async def test_watchdog_pings_at_cadence_and_stop_while_loop_blocked(receiver: t
     await asyncio.gather(task, return_exceptions=True)
     stamps = [t for t, m in r.messages if m == "WATCHDOG=1"]
     assert len(stamps) >= 8
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    before = [g for a, g in zip(stamps, gaps) if a + g < blocked_at]
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]  # noqa: RUF007
+    before = [g for a, g in zip(stamps, gaps, strict=False) if a + g < blocked_at]
     # before the block: about one ping per interval (loose bounds for a busy machine)
     assert 4 <= len(before) <= 7
     assert max(before) < 3 * interval

@@ -9,13 +9,13 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
-from nodeagent.node.static_pods import (
+from nodeagent.agent.node.static_pods import (
     HASH_ANNOTATION,
     SOURCE_ANNOTATION,
     StaticPodSource,
     static_defaults,
 )
-from nodeagent.qos import is_critical, is_static
+from nodeagent.core.qos import is_critical, is_static
 
 WEB = """\
 apiVersion: v1

@@ -8,15 +8,15 @@ import struct
 
 import pytest
 
-from nodeagent.errors import ValidationErrors
-from nodeagent.eviction.thresholds import (
+from nodeagent.agent.config.thresholds import (
     DEFAULT_EVICTION_HARD,
     Threshold,
     format_percentage,
     hard_thresholds,
     parse_thresholds,
 )
-from nodeagent.quantity import parse_quantity
+from nodeagent.core.errors import ValidationErrors
+from nodeagent.core.quantity import parse_quantity
 
 
 def f32(value: float) -> float:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from nodeagent.eviction.observations import Observation
-from nodeagent.eviction.thresholds import parse_thresholds
-from nodeagent.eviction.wakeups import MECHANISMS, kubepods_lines, moved, parse_mechanisms, spent
+from nodeagent.agent.config.thresholds import parse_thresholds
+from nodeagent.agent.eviction.observations import Observation
+from nodeagent.agent.eviction.wakeups import MECHANISMS, kubepods_lines, moved, parse_mechanisms, spent
 
 MI = 1 << 20
 GI = 1 << 30
 
 
 def thresholds(hard: dict[str, str], soft: dict[str, str] | None = None) -> list:
-    grace = {k: "10s" for k in soft or {}}
+    grace = dict.fromkeys(soft or {}, "10s")
     return parse_thresholds(hard, soft, grace, None)
 
 

@@ -26,6 +26,7 @@ import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -115,15 +116,15 @@ def agent_event(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 def iso_to_us(ts: str) -> int:
     """structlog's ISO UTC timestamp ('2026-11-29T18:13:40.123456Z') -> µs since the epoch."""
-    from datetime import datetime, timezone
-    dt = datetime.strptime(ts.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+    from datetime import datetime
+    dt = datetime.strptime(ts.rstrip("Z"), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
     return int(dt.timestamp() * 1_000_000)
 
 
 def show_time_to_us(value: str) -> int:
     """`systemctl show --timestamp=us+utc` ('Sun 2026-11-29 18:13:40.123456 UTC') -> µs since the epoch."""
-    from datetime import datetime, timezone
-    dt = datetime.strptime(value, "%a %Y-%m-%d %H:%M:%S.%f UTC").replace(tzinfo=timezone.utc)
+    from datetime import datetime
+    dt = datetime.strptime(value, "%a %Y-%m-%d %H:%M:%S.%f UTC").replace(tzinfo=UTC)
     return int(dt.timestamp() * 1_000_000)
 
 
@@ -204,7 +205,8 @@ def containers(p: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (start time in ticks since boot): (pid, start time) names a process."""
     try:
-        data = open(f"/proc/{pid}/stat", "rb").read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
     except OSError:
         return None
     return int(data[data.rindex(b")") + 2:].split()[22 - 3])
@@ -212,7 +214,8 @@ def start_time(pid: int) -> int | None:
 
 def proc_state(pid: int) -> str | None:
     try:
-        data = open(f"/proc/{pid}/stat", "rb").read()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
     except OSError:
         return None
     return data[data.rindex(b")") + 2:].split()[0].decode()

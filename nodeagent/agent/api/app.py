@@ -1,0 +1,202 @@
+"""The agent's HTTP API: Kubernetes-shaped node and pod resources over aiohttp.
+
+Routes only decode and check the request, call the backend, and map its exceptions to Status
+objects (see api/status.py); all policy lives behind AgentBackend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from aiohttp import web
+
+from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists
+from nodeagent.agent.api.metrics import Metrics
+from nodeagent.core.errors import FieldError, ValidationErrors
+from nodeagent.core.qos import CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
+from nodeagent.daemonkit.auth import Authenticator
+from nodeagent.daemonkit.body import decode_body
+from nodeagent.daemonkit.status import StatusError, status_middleware
+
+_SOURCE_KEYS = frozenset({CONFIG_SOURCE_ANNOTATION, CONFIG_MIRROR_ANNOTATION,
+                          "kubernetes.io/config.hash"})
+MAX_BODY = 1 << 20  # 1 MiB: a pod manifest is a few KiB; more is a mistake or an attack
+BACKEND: web.AppKey[AgentBackend] = web.AppKey("backend", AgentBackend)  # type: ignore[type-abstract]
+
+
+def _backend(request: web.Request) -> AgentBackend:
+    return request.app[BACKEND]
+
+
+def _not_found(ns: str, name: str) -> StatusError:
+    return StatusError(404, f'pods "{name}" not found in namespace "{ns}"', name=name)
+
+
+def _int_param(request: web.Request, key: str) -> int | None:
+    """Optional query integer >= 0; anything else is a 400 naming the parameter."""
+    raw = request.query.get(key)
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise StatusError(400, f"{key} must be an integer >= 0, got {raw!r}")
+    return int(raw)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def get_node(request: web.Request) -> web.Response:
+    return web.json_response(_backend(request).node())
+
+
+async def list_pods(request: web.Request) -> web.Response:
+    items = _backend(request).list_pods()
+    ns = request.match_info.get("ns")
+    if ns is not None:
+        items = [p for p in items if p.get("metadata", {}).get("namespace") == ns]
+    return web.json_response({"apiVersion": "v1", "kind": "PodList", "metadata": {},
+                              "items": items})
+
+
+async def _manifest(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()  # raises 413 beyond client_max_size
+    try:  # in a thread: a big body takes ~0.1 s to decode, other requests go on meanwhile
+        data = await asyncio.to_thread(decode_body, raw, request.content_type)
+    except ValueError as e:
+        raise StatusError(400, str(e)) from None
+    if not isinstance(data, dict):
+        raise StatusError(400, f"the body must be a Pod object, not a JSON {_kind(data)}")
+    return data
+
+
+def _kind(value: object) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _invalid(name: str, errors: list[FieldError]) -> StatusError:
+    causes = [{"reason": "FieldValueInvalid", "field": e.path, "message": e.message}
+              for e in errors]
+    detail = "; ".join(str(e) for e in errors)
+    return StatusError(400, f'Pod "{name}" is invalid: {detail}', reason="Invalid",
+                       causes=causes, name=name or None)
+
+
+def _api_source(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Mark the pod as coming from the API. Static and mirror pods are critical (never
+    evicted), so a client must not be able to claim to be one through annotations."""
+    meta = manifest.get("metadata")
+    if not isinstance(meta, dict):
+        return manifest
+    annotations = meta.get("annotations")
+    if annotations is None:
+        annotations = {}
+    if not isinstance(annotations, dict):
+        return manifest  # validation reports it
+    annotations = {k: v for k, v in annotations.items() if k not in _SOURCE_KEYS}
+    annotations[CONFIG_SOURCE_ANNOTATION] = "api"
+    return {**manifest, "metadata": {**meta, "annotations": annotations}}
+
+
+async def create_pod(request: web.Request) -> web.Response:
+    manifest = await _manifest(request)
+    url_ns = request.match_info.get("ns")
+    meta = manifest.get("metadata")
+    name = str(meta.get("name", "")) if isinstance(meta, dict) else ""
+    if url_ns is not None and isinstance(meta, dict):
+        body_ns = meta.get("namespace")
+        if body_ns in (None, ""):
+            manifest = {**manifest, "metadata": {**meta, "namespace": url_ns}}
+        elif body_ns != url_ns:
+            raise StatusError(400, f"the namespace of the provided object ({body_ns}) does not "
+                                   f"match the namespace sent on the request ({url_ns})")
+    try:
+        pod = await _backend(request).create_pod(_api_source(manifest))
+    except ValidationErrors as e:
+        raise _invalid(name, e.errors) from None
+    except FieldError as e:
+        raise _invalid(name, [e]) from None
+    except AdmissionError as e:
+        raise StatusError(422, e.message, reason=e.reason, name=name or None) from None
+    except AlreadyExists as e:
+        raise StatusError(409, str(e), name=e.name) from None
+    return web.json_response(pod, status=201)
+
+
+async def get_pod(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    pod = _backend(request).get_pod(ns, name)
+    if pod is None:
+        raise _not_found(ns, name)
+    return web.json_response(pod)
+
+
+async def delete_pod(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    grace = _int_param(request, "gracePeriodSeconds")
+    pod = await _backend(request).delete_pod(ns, name, grace)
+    if pod is None:
+        raise _not_found(ns, name)
+    return web.json_response(pod)
+
+
+async def read_log(request: web.Request) -> web.Response:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    container = request.query.get("container") or None
+    tail = _int_param(request, "tailLines")
+    try:
+        text = _backend(request).read_log(ns, name, container, tail)
+        if inspect.isawaitable(text):
+            text = await text
+    except FieldError as e:  # e.g. several containers and none named
+        raise StatusError(400, str(e)) from None
+    if text is None:
+        what = f'container "{container}" of pod' if container else "pod"
+        raise StatusError(404, f'{what} "{name}" not found in namespace "{ns}"', name=name)
+    return web.Response(text=text, content_type="text/plain")
+
+
+async def reload_config(request: web.Request) -> web.Response:
+    """Re-read the config file; 200 with what was applied, 422 with the errors if it was rejected."""
+    result = await _backend(request).reload_config()
+    return web.json_response(result, status=200 if result.get("ok") else 422)
+
+
+async def list_events(request: web.Request) -> web.Response:
+    items = _backend(request).events()
+    return web.json_response({"apiVersion": "v1", "kind": "EventList", "items": items})
+
+
+def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authenticator | None = None,
+               metrics: Metrics | None = None) -> web.Application:
+    """The aiohttp application; the caller runs it (web.AppRunner) and owns its lifetime.
+
+    Middleware order, outermost first: metrics (times every request, denied ones included),
+    status (exceptions -> Status), auth (after routing, before any handler). Without `auth`
+    every request is allowed (tests; the daemon always passes one). `metrics` adds GET /metrics.
+    """
+    middlewares = [*([metrics.middleware] if metrics else []), status_middleware,
+                   *([auth.middleware] if auth else [])]
+    app = web.Application(middlewares=middlewares, client_max_size=max_body)
+    app[BACKEND] = backend
+    if metrics is not None:
+        app.router.add_get("/metrics", metrics.handle)
+    pod = "/api/v1/namespaces/{ns}/pods/{name}"
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/v1/node", get_node)
+    app.router.add_get("/api/v1/pods", list_pods)
+    app.router.add_post("/api/v1/pods", create_pod)
+    app.router.add_get("/api/v1/namespaces/{ns}/pods", list_pods)
+    app.router.add_post("/api/v1/namespaces/{ns}/pods", create_pod)
+    app.router.add_get(pod, get_pod)
+    app.router.add_delete(pod, delete_pod)
+    app.router.add_get(pod + "/log", read_log)
+    app.router.add_get("/api/v1/events", list_events)
+    app.router.add_post("/api/v1/config/reload", reload_config)
+    return app
+
+
+__all__ = ["BACKEND", "MAX_BODY", "create_app"]

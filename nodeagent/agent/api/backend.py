@@ -1,0 +1,53 @@
+"""What the HTTP API needs from the agent, and the errors the agent raises to it.
+
+The API only translates HTTP to these calls and exceptions to Kubernetes Status objects; the pod
+manager (or a fake in tests) implements the protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
+
+__all__ = ["AdmissionError", "AgentBackend", "AlreadyExists"]
+
+
+class AgentBackend(Protocol):
+    def node(self) -> dict[str, Any]:
+        """The Node object (see nodeagent.agent.node.status.build_node)."""
+        ...
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod on the node, Kubernetes-shaped, with status."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        ...
+
+    async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Validate, admit and start a pod; returns it with status.
+
+        Raises nodeagent.core.errors.ValidationErrors (or FieldError), AdmissionError, AlreadyExists.
+        """
+        ...
+
+    async def delete_pod(self, namespace: str, name: str,
+                         grace_period: int | None) -> dict[str, Any] | None:
+        """Begin terminating the pod; None if there is no such pod."""
+        ...
+
+    def read_log(self, namespace: str, name: str, container: str | None,
+                 tail: int | None) -> str | None:
+        """The container's log (the only container if None); the last `tail` lines if set
+        (0: none). None if the pod or container is unknown; FieldError (400) if the request
+        is ambiguous, e.g. no container named in a pod with several."""
+        ...
+
+    def events(self) -> list[dict[str, Any]]:
+        """Recent events (Kubernetes Event objects), newest last."""
+        ...
+
+    async def reload_config(self) -> dict[str, Any]:
+        """Re-read the config file: a ConfigReload object with ok, applied, restartRequired, errors."""
+        ...

@@ -1,0 +1,199 @@
+"""The eviction manager loop: observe -> step (pure) -> reclaim/evict -> report.
+
+Differences from the kubelet, on purpose:
+- it wakes on kernel notifications (`wake`) and on an adaptive poll, not only every 10 s;
+- it evicts as many pods as the shortfall needs in one pass (estimating each victim's yield
+  from its usage), waits for the kills to complete, and re-observes at once;
+- hard evictions kill at once (grace 0): being late means losing the race to the OOM killer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from nodeagent.agent.config.thresholds import Threshold
+from nodeagent.agent.events import EventRecorder
+from nodeagent.agent.eviction.evaluate import (
+    EvictionState,
+    admit_under_pressure,
+    is_hard,
+    reclaim_amount,
+    step,
+    thresholds_met,
+)
+from nodeagent.agent.eviction.observations import Observation, PodUsage
+from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
+from nodeagent.core.clock import Clock
+from nodeagent.core.model import Pod
+
+log = structlog.get_logger(__name__)
+
+DISK_RESOURCES = ("ephemeral-storage", "inodes")
+
+
+class PodsAccess(Protocol):
+    """What the eviction manager needs from the pod manager."""
+
+    def evictable_pods(self) -> list[Pod]:
+        """Pods that hold resources now (admitted, not terminal)."""
+        ...
+
+    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]: ...
+
+    async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
+        """Terminate the pod (status Failed/Evicted) and return once its processes are gone."""
+        ...
+
+    async def reclaim_node_garbage(self) -> int:
+        """Delete dead containers' logs and terminated pods' data; bytes freed."""
+        ...
+
+
+@dataclass
+class PassResult:
+    """What one pass did (for logs, metrics and tests)."""
+
+    conditions: tuple[str, ...]
+    signal: str | None = None
+    observed: Observation | None = None
+    evicted: tuple[str, ...] = ()
+    reclaimed_bytes: int = 0
+
+
+class EvictionManager:
+    def __init__(
+        self,
+        thresholds: Sequence[Threshold],
+        observe: Callable[[], dict[str, Observation]],
+        pods: PodsAccess,
+        events: EventRecorder,
+        clock: Clock,
+        *,
+        transition_period: float,
+        max_pod_grace_period: int,
+        interval: float,
+        next_interval: Callable[[dict[str, Observation]], float] | None = None,
+    ) -> None:
+        self.thresholds = list(thresholds)
+        self.observe = observe
+        self.pods = pods
+        self.events = events
+        self.clock = clock
+        self.transition_period = transition_period
+        self.max_pod_grace_period = max_pod_grace_period
+        self.interval = interval
+        self.next_interval = next_interval
+        self.state = EvictionState()
+        self.wake = asyncio.Event()
+        self.last_observations: dict[str, Observation] = {}
+        self.evictions_total: dict[str, int] = {}
+        self.on_pass: list[Callable[[PassResult], None]] = []
+        self._evicted: set[str] = set()  # uids already evicted: never evicted (or counted) twice
+
+    # ---- what others ask ----
+    @property
+    def conditions(self) -> tuple[str, ...]:
+        return self.state.node_conditions
+
+    def admit(self, pod: Pod) -> tuple[str, str] | None:
+        """Admission under pressure: (reason, message) to refuse, or None."""
+        ok, reason, message = admit_under_pressure(pod, self.conditions)
+        return None if ok else (reason or "Evicted", message)
+
+    def set_thresholds(self, thresholds: Sequence[Threshold], *, transition_period: float,
+                       max_pod_grace_period: int) -> None:
+        """Swap thresholds live (config reload); pods are untouched, the next pass uses them."""
+        self.thresholds = list(thresholds)
+        self.transition_period = transition_period
+        self.max_pod_grace_period = max_pod_grace_period
+        self.state = EvictionState(node_conditions_last_observed_at=self.state.node_conditions_last_observed_at,
+                                   node_conditions=self.state.node_conditions)
+        self.wake.set()
+
+    # ---- one pass ----
+    def observe_now(self) -> dict[str, Observation]:
+        """Observe without deciding (start-up: the wake-up lines need a first observation)."""
+        return self._observe()
+
+    def _observe(self) -> dict[str, Observation]:
+        obs = self.observe()
+        self.last_observations = obs
+        return obs
+
+    async def synchronize(self) -> PassResult:
+        observations = self._observe()
+        before = self.state.node_conditions
+        self.state, decision = step(self.state, self.thresholds, observations, self.clock.now(),
+                                    pressure_transition_period=self.transition_period)
+        if self.state.node_conditions != before:
+            log.info("node_conditions_changed", conditions=list(self.state.node_conditions), previous=list(before))
+        result = PassResult(conditions=self.state.node_conditions)
+        if not decision.evict or decision.threshold is None or decision.resource is None:
+            return self._done(result)
+        threshold, resource = decision.threshold, decision.resource
+        signal = threshold.signal
+        observed = decision.observation
+        amount = decision.amount
+        result.signal = signal
+        if resource in DISK_RESOURCES:  # node-level garbage first, then look again
+            result.reclaimed_bytes = await self.pods.reclaim_node_garbage()
+            observations = self._observe()
+            if not thresholds_met([threshold], observations, enforce_min_reclaim=True):
+                log.info("eviction_reclaimed_node_garbage", signal=signal, bytes=result.reclaimed_bytes)
+                return self._done(result)
+            observed = observations[signal]
+            amount = reclaim_amount(threshold, observed)
+        evictable = self.pods.evictable_pods()
+        self._evicted &= {p.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
+        candidates = [p for p in evictable if p.metadata.uid not in self._evicted]
+        usage = self.pods.usage(candidates, with_disk=resource in DISK_RESOURCES)
+        victims = select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)
+        if not victims:
+            log.warning("eviction_no_victim", signal=signal, observed=observed.available if observed else None)
+            return self._done(result)
+        result.observed = observed
+        await asyncio.gather(*(self._evict(p, threshold, observed, usage, resource) for p in victims))
+        result.evicted = tuple(p.key for p in victims)
+        self.wake.set()  # re-observe right after the kills completed
+        return self._done(result)
+
+    async def _evict(self, pod: Pod, threshold: Threshold, observed: Observation | None,
+                     usage: dict[str, PodUsage], resource: str) -> None:
+        self._evicted.add(pod.metadata.uid)
+        grace = 0 if is_hard(threshold) else eviction_grace_period(threshold, pod, self.max_pod_grace_period)
+        message = eviction_message(resource, threshold, observed, pod, usage.get(pod.metadata.uid))
+        self.events.record("Evicted", message, namespace=pod.metadata.namespace, name=pod.metadata.name,
+                           uid=pod.metadata.uid, signal=threshold.signal, threshold=threshold.value_text(),
+                           observed=observed.available if observed else None, grace_period=grace)
+        self.evictions_total[threshold.signal] = self.evictions_total.get(threshold.signal, 0) + 1
+        await self.pods.evict(pod, grace, message)
+
+    def _done(self, result: PassResult) -> PassResult:
+        for hook in self.on_pass:
+            hook(result)
+        return result
+
+    # ---- the loop ----
+    def _sleep_for(self) -> float:
+        if self.next_interval is None or not self.last_observations:
+            return self.interval
+        return min(self.interval, self.next_interval(self.last_observations))
+
+    async def run(self) -> None:
+        while True:
+            self.wake.clear()
+            try:
+                await self.synchronize()
+            except Exception:  # one bad pass must not end protection of the node
+                log.exception("eviction_pass_failed")
+            if self.wake.is_set():
+                continue
+            try:
+                await asyncio.wait_for(self.wake.wait(), self._sleep_for())
+            except TimeoutError:
+                pass

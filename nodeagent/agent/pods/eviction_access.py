@@ -1,0 +1,89 @@
+"""The pod side of eviction: which pods can go, what they use, evicting one, node garbage."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+
+import structlog
+
+from nodeagent.agent.eviction.observations import PodUsage
+from nodeagent.agent.eviction.signals import pods_usage
+from nodeagent.agent.pods.manager import PodManager
+from nodeagent.agent.runtime import logs
+from nodeagent.core.model import Pod
+
+log = structlog.get_logger(__name__)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.lstat(path).st_blocks * 512
+    except OSError:
+        return 0
+
+
+def _tree_size(path: str) -> int:
+    total = 0
+    for root, dirs, files in os.walk(path, onerror=lambda e: None):
+        total += sum(_size(os.path.join(root, n)) for n in files + dirs)
+    return total
+
+
+class PodEvictionAccess:
+    """Implements eviction.manager.PodsAccess over the PodManager."""
+
+    def __init__(self, manager: PodManager) -> None:
+        self.manager = manager
+
+    def _pod_dir(self, pod: Pod) -> str:
+        m = pod.metadata
+        return logs.pod_log_dir(self.manager.env.state_dir, m.namespace, m.name, m.uid)
+
+    def evictable_pods(self) -> list[Pod]:
+        return self.manager.active_pods()
+
+    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
+        return pods_usage(self.manager.env.driver, [(p, self._pod_dir(p)) for p in pods], with_disk)
+
+    async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
+        worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
+        if worker is None or worker.terminal:
+            return
+        await self.manager.terminate(worker, grace_period, remove=False, reason="Evicted", message=message)
+
+    async def reclaim_node_garbage(self) -> int:
+        """Terminated pods' data and logs, and logs of containers' earlier runs."""
+        return await asyncio.to_thread(self._reclaim)
+
+    def _reclaim(self) -> int:
+        freed = 0
+        for worker in list(self.manager.pods.values()):
+            pod_dir = self._pod_dir(worker.pod)
+            # every finished pod, not only deleted/evicted ones: a completed pod (restartPolicy
+            # Never/OnFailure) still listed holds dead containers, which the kubelet's
+            # DeleteAllUnusedContainers removes for disk pressure as well
+            if worker.finished:
+                freed += _tree_size(pod_dir)
+                m = worker.pod.metadata
+                logs.remove_pod_logs(self.manager.env.state_dir, m.namespace, m.name, m.uid)
+                continue
+            for cw in worker.workers.values():
+                current = cw.log_path
+                directory = os.path.dirname(current)
+                try:
+                    names = os.listdir(directory)
+                except OSError:
+                    continue
+                for name in names:
+                    path = os.path.join(directory, name)
+                    if (name.endswith(".log") and path != current) or ".log." in name:  # earlier runs, rotated copies
+                        size = _size(path)
+                        try:
+                            os.unlink(path)
+                            freed += size
+                        except OSError:
+                            pass
+        log.info("node_garbage_reclaimed", bytes=freed)
+        return freed

@@ -1,0 +1,243 @@
+"""PodManager: admits pods, runs them through PodWorkers, checkpoints them, re-adopts them.
+
+It is the AgentBackend the HTTP API talks to. Admission uses the pure fit function against the
+node allocatable; the cgroup tree under the agent's root is set up once (kubepods and its QoS
+tiers) and the QoS tiers' weights follow the pods as they come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from nodeagent.agent.cgroups import layout
+from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
+from nodeagent.agent.pods.worker import PodEnv, PodWorker
+from nodeagent.agent.runtime import logs
+from nodeagent.core.errors import FieldError
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.qos import BURSTABLE
+from nodeagent.core.quantity import Quantity
+from nodeagent.core.resources import fits, pod_requests
+
+log = structlog.get_logger(__name__)
+
+AdmitHook = Callable[[Pod], "tuple[str, str] | None"]  # (reason, message) to refuse, else None
+
+
+class PodManager:
+    def __init__(
+        self,
+        env: PodEnv,
+        checkpoints: CheckpointStore,
+        *,
+        allocatable: Mapping[str, Quantity],
+        enforced_allocatable: Mapping[str, Quantity] | None,
+        max_pods: int,
+        extra_admit: AdmitHook | None = None,
+    ) -> None:
+        self.env = env
+        self.checkpoints = checkpoints
+        self.allocatable = dict(allocatable)
+        self.enforced_allocatable = dict(enforced_allocatable) if enforced_allocatable else None
+        self.max_pods = max_pods
+        self.extra_admit = extra_admit
+        self.pods: dict[tuple[str, str], PodWorker] = {}
+        self._dirty: set[tuple[str, str]] = set()
+        self._saver: asyncio.Task[None] | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._qos_applied: dict[str, CgroupSpec] = {}
+
+    # ---- setup ----
+    def setup_cgroups(self) -> None:
+        """kubepods (limited to the enforced allocatable when enforced) and its QoS tiers."""
+        driver = self.env.driver
+        spec = layout.kubepods_spec(self.enforced_allocatable) if self.enforced_allocatable else CgroupSpec()
+        driver.create(layout.KUBEPODS, spec)
+        self.update_qos_cgroups()
+
+    def update_qos_cgroups(self, *, force: bool = False) -> None:
+        """QoS tier weights from the pods that are admitted now (burstable = sum of requests).
+
+        Only a tier whose spec changed is written; `force` rewrites both (housekeeping does, so
+        a value changed behind our back is put right within an interval)."""
+        milli = sum(w.cpu_request_milli for w in self.pods.values() if not w.terminal and w.qos == BURSTABLE)
+        for path, spec in layout.qos_tier_specs(milli).items():
+            if force or self._qos_applied.get(path) != spec:
+                self.env.driver.create(path, spec)
+                self._qos_applied[path] = spec
+
+    async def restore(self) -> list[str]:
+        """Re-adopt pods from the checkpoints; remove cgroups of pods nobody knows. Problems as text."""
+        records, problems = await asyncio.to_thread(self.checkpoints.load_all)
+        messages = [f"{p.path}: {p.reason}" for p in problems]
+        for record in records:
+            try:
+                pod = parse_pod(dict(record.manifest))
+            except ValueError as e:
+                messages.append(f"checkpoint {record.namespace}/{record.name}: {e}")
+                log.error("checkpoint_pod_invalid", pod=f"{record.namespace}/{record.name}", error=str(e))
+                continue
+            worker = PodWorker(pod, self.env, self._changed)
+            self.pods[(pod.metadata.namespace, pod.metadata.name)] = worker
+            worker.start(record)
+            log.info("pod_restored", pod=pod.key, uid=pod.metadata.uid)
+        self.update_qos_cgroups()
+        self.remove_orphan_cgroups()
+        return messages
+
+    def remove_orphan_cgroups(self) -> list[str]:
+        """Pod cgroups under kubepods whose uid no admitted pod has: kill and remove them."""
+        known = {w.pod.metadata.uid for w in self.pods.values()}
+        removed = []
+        driver = self.env.driver
+        for parent in layout.QOS_PARENTS:
+            if not driver.exists(parent):
+                continue
+            for child in driver.children(parent):
+                uid = layout.pod_uid_from_dir(child)
+                if uid is None or uid in known:
+                    continue
+                path = f"{parent}/{child}"
+                try:
+                    driver.kill(path)
+                    driver.remove(path)
+                    removed.append(path)
+                    log.info("orphan_cgroup_removed", path=path)
+                except OSError as e:
+                    log.warning("orphan_cgroup_remove_failed", path=path, error=str(e))
+        return removed
+
+    # ---- checkpointing (coalesced, off the loop: it fsyncs) ----
+    def _changed(self, worker: PodWorker) -> None:
+        self._dirty.add((worker.pod.metadata.namespace, worker.pod.metadata.name))
+        if self._saver is None or self._saver.done():
+            self._saver = asyncio.get_running_loop().create_task(self._save_dirty())
+
+    async def _save_dirty(self) -> None:
+        while self._dirty:
+            key = self._dirty.pop()
+            worker = self.pods.get(key)
+            try:
+                if worker is None or (worker.terminal and worker.finished and worker.deletion_time):
+                    await asyncio.to_thread(self.checkpoints.delete, *key)
+                else:
+                    await asyncio.to_thread(self.checkpoints.save, worker.record())
+            except (OSError, ValueError) as e:
+                log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
+
+    async def flush(self) -> None:
+        """Wait until every pending checkpoint write is on disk."""
+        while self._saver is not None and not self._saver.done():
+            await self._saver
+
+    # ---- AgentBackend ----
+    def active_pods(self) -> list[Pod]:
+        """Pods that hold resources: admitted, not terminal, not finished (the kubelet's filter)."""
+        return [w.pod for w in self.pods.values() if not w.terminal and w.phase not in ("Succeeded", "Failed")]
+
+    def admit(self, pod: Pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if key in self.pods:
+            raise AlreadyExists(*key)
+        known = {w.pod.metadata.uid: w.requests for w in self.pods.values()}
+        result = fits(pod, self.allocatable, self.active_pods(), self.max_pods,
+                      requests_of=lambda p: known.get(p.metadata.uid) or pod_requests(p))
+        if not result.ok:
+            raise AdmissionError(result.reason or "OutOfResources", result.message)
+        if self.extra_admit is not None:
+            refused = self.extra_admit(pod)
+            if refused is not None:
+                raise AdmissionError(*refused)
+
+    async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        pod = parse_pod(manifest)
+        async with self._lock:
+            self.admit(pod)
+            worker = PodWorker(pod, self.env, self._changed)
+            self.pods[(pod.metadata.namespace, pod.metadata.name)] = worker
+            try:
+                worker.start()
+            except (OSError, ValueError) as e:
+                del self.pods[(pod.metadata.namespace, pod.metadata.name)]
+                worker.remove_cgroups()
+                log.error("pod_start_failed", pod=pod.key, error=str(e))
+                raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
+            self.update_qos_cgroups()
+        await asyncio.sleep(0)  # let the container tasks take their first step: the spawn
+        log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.qos)
+        self._changed(worker)
+        return worker.to_dict()
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return [w.to_dict() for w in self.pods.values()]
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        w = self.pods.get((namespace, name))
+        return w.to_dict() if w else None
+
+    async def delete_pod(self, namespace: str, name: str, grace_period: int | None) -> dict[str, Any] | None:
+        worker = self.pods.get((namespace, name))
+        if worker is None:
+            return None
+        grace = worker.pod.spec.termination_grace_period_seconds if grace_period is None else grace_period
+        if not worker.terminal:
+            self.terminate(worker, float(grace), remove=True)
+        return worker.to_dict()
+
+    def terminate(self, worker: PodWorker, grace: float, *, remove: bool,
+                  reason: str | None = None, message: str | None = None) -> asyncio.Task[None]:
+        """Stop a pod in the background; with `remove` it leaves the pod list once it has stopped."""
+        worker.terminal = True
+        worker.deletion_time = worker.deletion_time or self.env.clock.wall()
+        async def run() -> None:
+            await worker.stop(grace, reason, message)
+            key = (worker.pod.metadata.namespace, worker.pod.metadata.name)
+            if remove and self.pods.get(key) is worker:
+                del self.pods[key]
+                meta = worker.pod.metadata
+                await asyncio.to_thread(logs.remove_pod_logs, self.env.state_dir, meta.namespace, meta.name, meta.uid)
+                log.info("pod_removed", pod=worker.pod.key)
+            self.update_qos_cgroups()
+            self._changed(worker)
+
+        task = asyncio.get_running_loop().create_task(run(), name=f"stop:{worker.pod.key}")
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+        return task
+
+    def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
+        worker = self.pods.get((namespace, name))
+        if worker is None:
+            return None
+        if container is None:
+            if len(worker.workers) != 1:
+                raise FieldError("container", "a container name must be given: one of "
+                                 + ", ".join(worker.workers))
+            container = next(iter(worker.workers))
+        cw = worker.workers.get(container)
+        if cw is None:
+            return None
+        lines = logs.tail(cw.log_path, tail if tail is not None else 10**9)
+        return "".join(line + "\n" for line in lines)
+
+    def node(self) -> dict[str, Any]:  # replaced by the daemon's node reporter
+        raise NotImplementedError
+
+    # ---- shutdown ----
+    async def wait_stopping(self) -> None:
+        if self._stopping:
+            await asyncio.gather(*list(self._stopping), return_exceptions=True)
+
+    async def detach_all(self) -> None:
+        """Agent shutdown: checkpoint, then let go of every process (they keep running)."""
+        for w in self.pods.values():
+            self._changed(w)
+        await self.flush()
+        await asyncio.gather(*(w.detach() for w in self.pods.values()))

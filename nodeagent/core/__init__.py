@@ -1,0 +1,9 @@
+"""The shared vocabulary of the agent and the control plane: pure values and functions, no I/O.
+
+quantity (Kubernetes resource.Quantity, exact), names (DNS-1123), duration (Go durations),
+errors (field errors), clock (injectable time), timefmt (metav1.Time), model/ (Pod manifests:
+parsing, defaulting, validation), qos (QoS class, criticality, oom_score_adj), resources (pod
+requests, cpu shares/weight/quota, admission fit).
+
+May import: the standard library and third-party libraries only; nothing else of nodeagent.
+"""

@@ -1,0 +1,206 @@
+"""parse_pod: structural parsing (pydantic), then the checks that span fields, then defaulting.
+
+Messages follow Kubernetes' field errors (`Invalid value: "x": ...`, `Required value`,
+`Duplicate value: "a"`, `Unsupported value: ...`), each under the full camelCase field path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from nodeagent.core.errors import FieldError, ValidationErrors, format_loc
+from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Pod, ResourceRequirements
+from nodeagent.core.names import (
+    container_resource_name_errors,
+    invalid,
+    is_extended_resource_name,
+    is_hugepage_resource_name,
+    is_overcommit_allowed,
+    label_value_errors,
+    qualified_name_errors,
+    quote,
+)
+from nodeagent.core.quantity import Quantity, parse_quantity
+
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+_CUSTOM_ERRORS = frozenset({"required", "not_supported", "invalid"})
+_ZERO = parse_quantity("0")
+_LIMIT_REQUIRED = "Required value: Limit must be set for non overcommitable resources"
+_EMPTY_KEY = 'operator must be Exists when `key` is empty, which means "match all values and all keys"'
+_SECONDS_NEED_NO_EXECUTE = "effect must be 'NoExecute' when `tolerationSeconds` is set"
+_EXISTS_NO_VALUE = "value must be empty when `operator` is 'Exists'"
+
+
+def parse_pod(manifest: Mapping[str, Any]) -> Pod:
+    """Parse, validate and default a Pod manifest; raise ValidationErrors naming every bad field."""
+    try:
+        # Manifests use the camelCase names only; snake_case stays for Python callers.
+        pod = Pod.model_validate(manifest, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise ValidationErrors(_from_pydantic(exc)) from None
+    errors = pod_errors(pod)
+    if errors:
+        raise ValidationErrors(errors)
+    return default_requests(pod)
+
+
+def default_requests(pod: Pod) -> Pod:
+    """A limit without a request sets the request, per resource (Kubernetes defaulting)."""
+    containers = []
+    for c in pod.spec.containers:
+        missing = {k: v for k, v in c.resources.limits.items() if k not in c.resources.requests}
+        if missing:
+            resources = c.resources.model_copy(update={"requests": {**c.resources.requests, **missing}})
+            c = c.model_copy(update={"resources": resources})
+        containers.append(c)
+    return pod.model_copy(update={"spec": pod.spec.model_copy(update={"containers": containers})})
+
+
+def pod_errors(pod: Pod) -> list[FieldError]:
+    """Checks pydantic cannot express per field: uniqueness, map keys, requests vs limits."""
+    errs: list[FieldError] = []
+    errs += _map_errors("metadata.labels", pod.metadata.labels)
+    errs += _annotation_errors(pod.metadata.annotations)
+    seen: set[str] = set()
+    for i, c in enumerate(pod.spec.containers):
+        if c.name in seen:
+            errs.append(FieldError(f"spec.containers[{i}].name", f"Duplicate value: {quote(c.name)}"))
+        seen.add(c.name)
+        errs += _resource_errors(f"spec.containers[{i}].resources", c.resources)
+    errs += _map_errors("spec.nodeSelector", pod.spec.node_selector)
+    errs += _toleration_errors(pod)
+    builtin = BUILTIN_PRIORITY_CLASSES.get(pod.spec.priority_class_name or "")
+    if builtin is not None and pod.spec.priority != builtin:
+        errs.append(
+            FieldError(
+                "spec.priority",
+                invalid(
+                    pod.spec.priority,
+                    f"must be {builtin} (or omitted) for priorityClassName "
+                    f"{quote(pod.spec.priority_class_name)}",
+                ),
+            )
+        )
+    return errs
+
+
+def _map_errors(path: str, items: Mapping[str, str]) -> list[FieldError]:
+    """Label-style maps: qualified-name keys, label values."""
+    errs = []
+    for key, value in items.items():
+        if key_errs := qualified_name_errors(key):
+            errs.append(FieldError(path, invalid(key, "; ".join(key_errs))))
+        if value_errs := label_value_errors(value):
+            errs.append(FieldError(f"{path}.{key}", invalid(value, "; ".join(value_errs))))
+    return errs
+
+
+def _annotation_errors(annotations: Mapping[str, str]) -> list[FieldError]:
+    errs = []
+    total = 0
+    for key, value in annotations.items():
+        if key_errs := qualified_name_errors(key.lower()):
+            errs.append(FieldError("metadata.annotations", invalid(key, "; ".join(key_errs))))
+        total += len(key) + len(value)
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        errs.append(
+            FieldError(
+                "metadata.annotations",
+                f"Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes",
+            )
+        )
+    return errs
+
+
+def _resource_errors(path: str, res: ResourceRequirements) -> list[FieldError]:
+    """Kubernetes' ValidateResourceRequirements, on the values as written (before defaulting)."""
+    errs: list[FieldError] = []
+    valid_names: set[str] = set()
+    for kind, items in (("limits", res.limits), ("requests", res.requests)):
+        for name, q in items.items():
+            where = f"{path}.{kind}.{name}"
+            if name_errs := container_resource_name_errors(name) or _hugepage_size_errors(name):
+                errs.append(FieldError(where, invalid(name, "; ".join(name_errs))))
+                continue
+            valid_names.add(name)
+            if q < _ZERO:
+                errs.append(FieldError(where, invalid(str(q), "must be greater than or equal to 0")))
+            elif is_extended_resource_name(name) and q.milli_value() % 1000 != 0:
+                errs.append(FieldError(where, invalid(str(q), "must be an integer")))
+    for name, request in res.requests.items():
+        if name not in valid_names:
+            continue
+        limit = res.limits.get(name)
+        if limit is None:
+            if not is_overcommit_allowed(name):
+                errs.append(FieldError(f"{path}.limits", _LIMIT_REQUIRED))
+        elif not is_overcommit_allowed(name) and request != limit:
+            detail = f"must be equal to {name} limit of {limit}"
+            errs.append(FieldError(f"{path}.requests.{name}", invalid(str(request), detail)))
+        elif request > limit:
+            errs.append(
+                FieldError(
+                    f"{path}.limits.{name}",
+                    f"must be greater than or equal to {name} request (limit {limit} < request {request})",
+                )
+            )
+    names = set(res.requests) | set(res.limits)
+    if any(is_hugepage_resource_name(n) for n in names) and not names & {"cpu", "memory"}:
+        errs.append(FieldError(path, "Forbidden: HugePages require cpu or memory"))
+    return errs
+
+
+def _hugepage_size_errors(name: str) -> list[str]:
+    if not is_hugepage_resource_name(name):
+        return []
+    try:
+        size: Quantity = parse_quantity(name.removeprefix("hugepages-"))
+    except ValueError:
+        return ["hugepages size is not a valid quantity"]
+    return [] if size > _ZERO else ["hugepages size must be positive"]
+
+
+def _toleration_errors(pod: Pod) -> list[FieldError]:
+    """Kubernetes' validateTolerations."""
+    errs = []
+    for i, t in enumerate(pod.spec.tolerations):
+        path = f"spec.tolerations[{i}]"
+        if t.key:
+            if key_errs := qualified_name_errors(t.key):
+                errs.append(FieldError(f"{path}.key", invalid(t.key, "; ".join(key_errs))))
+        elif t.operator != "Exists":
+            errs.append(FieldError(f"{path}.operator", invalid(t.operator, _EMPTY_KEY)))
+        if t.toleration_seconds is not None and t.effect != "NoExecute":
+            errs.append(FieldError(f"{path}.effect", invalid(t.effect or "", _SECONDS_NEED_NO_EXECUTE)))
+        if t.operator == "Equal" and t.value and (value_errs := label_value_errors(t.value)):
+            errs.append(FieldError(f"{path}.value", invalid(t.value, "; ".join(value_errs))))
+        if t.operator == "Exists" and t.value:
+            errs.append(FieldError(f"{path}.operator", invalid(t.value, _EXISTS_NO_VALUE)))
+    return errs
+
+
+def _short(value: object, limit: int = 80) -> object:
+    text = repr(value)
+    return value if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _from_pydantic(exc: ValidationError) -> list[FieldError]:
+    out: list[FieldError] = []
+    for err in exc.errors(include_url=False):
+        loc, kind = err["loc"], err["type"]
+        if kind == "missing":
+            message = "Required value"
+        elif kind == "extra_forbidden":
+            message = f"unknown field {quote(str(loc[-1]))}"
+        elif kind == "value_error":
+            message = str(err["ctx"]["error"])
+        elif kind in _CUSTOM_ERRORS:
+            message = err["msg"]
+        else:
+            detail = err["msg"].replace("Input should be", "must be", 1)
+            message = invalid(_short(err.get("input")), detail)
+        out.append(FieldError(format_loc(loc), message))
+    return out

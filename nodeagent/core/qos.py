@@ -1,0 +1,108 @@
+"""QoS class, criticality and oom_score_adj, exactly as the kubelet computes them (pure).
+
+Sources: pkg/apis/core/v1/helper/qos (GetPodQOS), pkg/kubelet/types/pod_update.go
+(IsCriticalPod, IsNodeCriticalPod, IsStaticPod) and pkg/kubelet/qos/policy.go
+(GetContainerOOMScoreAdjust; its sidecar-container adjustment does not apply: we have no init
+containers).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from nodeagent.core.model import SYSTEM_CRITICAL_PRIORITY, SYSTEM_NODE_CRITICAL, Pod
+from nodeagent.core.quantity import Quantity
+
+QOSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
+GUARANTEED: QOSClass = "Guaranteed"
+BURSTABLE: QOSClass = "Burstable"
+BEST_EFFORT: QOSClass = "BestEffort"
+
+KUBELET_OOM_SCORE_ADJ = -999  # the agent itself
+GUARANTEED_OOM_SCORE_ADJ = -997
+BESTEFFORT_OOM_SCORE_ADJ = 1000
+BURSTABLE_MIN_OOM_SCORE_ADJ = 1000 + GUARANTEED_OOM_SCORE_ADJ  # 3: stays above Guaranteed
+BURSTABLE_MAX_OOM_SCORE_ADJ = BESTEFFORT_OOM_SCORE_ADJ - 1  # 999: stays below BestEffort
+
+CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
+CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+API_SERVER_SOURCE = "api"
+
+_QOS_RESOURCES = ("cpu", "memory")
+
+
+def qos_class(pod: Pod) -> QOSClass:
+    """GetPodQOS: only cpu and memory count, and only their positive values.
+
+    BestEffort: no positive cpu/memory request or limit anywhere. Guaranteed: every container
+    has positive cpu and memory limits and the pod's summed requests equal its summed limits.
+    Anything else is Burstable.
+    """
+    requests: dict[str, Quantity] = {}
+    limits: dict[str, Quantity] = {}
+    guaranteed = True
+    for c in pod.spec.containers:
+        for name in _QOS_RESOURCES:
+            request = c.resources.requests.get(name)
+            if request is not None and request.sign() > 0:
+                requests[name] = requests[name] + request if name in requests else request
+        found = set()
+        for name in _QOS_RESOURCES:
+            limit = c.resources.limits.get(name)
+            if limit is not None and limit.sign() > 0:
+                found.add(name)
+                limits[name] = limits[name] + limit if name in limits else limit
+        if found != set(_QOS_RESOURCES):
+            guaranteed = False
+    if not requests and not limits:
+        return BEST_EFFORT
+    if guaranteed and all(limits.get(n) == q for n, q in requests.items()) and len(requests) == len(limits):
+        return GUARANTEED
+    return BURSTABLE
+
+
+def is_static(pod: Pod) -> bool:
+    """Static pods carry a config-source annotation other than "api" (kubelet's IsStaticPod)."""
+    source = pod.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION)
+    return source is not None and source != API_SERVER_SOURCE
+
+
+def is_mirror(pod: Pod) -> bool:
+    return CONFIG_MIRROR_ANNOTATION in pod.metadata.annotations
+
+
+def is_critical(pod: Pod) -> bool:
+    """Critical pods are never evicted: static or mirror pods, or priority >= 2000000000."""
+    return is_static(pod) or is_mirror(pod) or pod.spec.priority >= SYSTEM_CRITICAL_PRIORITY
+
+
+def is_node_critical(pod: Pod) -> bool:
+    """Critical and of class system-node-critical: these get the Guaranteed oom_score_adj."""
+    return is_critical(pod) and pod.spec.priority_class_name == SYSTEM_NODE_CRITICAL
+
+
+def oom_score_adj(pod: Pod, container_name: str, memory_capacity_bytes: int) -> int:
+    """GetContainerOOMScoreAdjust: -997 node-critical and Guaranteed, 1000 BestEffort, else
+    1000 - 1000*memoryRequest/capacity clamped to [3, 999], so a container that asks for more
+    of the node's memory is killed later.
+    """
+    if memory_capacity_bytes <= 0:
+        raise ValueError(f"memory capacity must be positive, got {memory_capacity_bytes}")
+    container = next((c for c in pod.spec.containers if c.name == container_name), None)
+    if container is None:
+        raise ValueError(f"pod {pod.key} has no container {container_name!r}")
+    if is_node_critical(pod):
+        return GUARANTEED_OOM_SCORE_ADJ
+    cls = qos_class(pod)
+    if cls == GUARANTEED:
+        return GUARANTEED_OOM_SCORE_ADJ
+    if cls == BEST_EFFORT:
+        return BESTEFFORT_OOM_SCORE_ADJ
+    request = container.resources.requests.get("memory")
+    memory_request = request.value() if request is not None else 0
+    adj = 1000 - (1000 * memory_request) // memory_capacity_bytes
+    if adj < BURSTABLE_MIN_OOM_SCORE_ADJ:
+        return BURSTABLE_MIN_OOM_SCORE_ADJ
+    if adj == BESTEFFORT_OOM_SCORE_ADJ:
+        return BURSTABLE_MAX_OOM_SCORE_ADJ
+    return adj

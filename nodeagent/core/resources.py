@@ -1,0 +1,151 @@
+"""CPU mapping from Kubernetes millicores to cgroup values (pure functions).
+
+Admission fit lives here too (see `fits`), since it is the other place where a pod's
+requests are weighed against the node.
+"""
+
+from __future__ import annotations
+
+import math
+
+MIN_SHARES = 2
+MAX_SHARES = 262144
+SHARES_PER_CPU = 1024
+MILLI_CPU_TO_CPU = 1000
+QUOTA_PERIOD_US = 100000
+MIN_QUOTA_PERIOD_US = 1000
+MIN_CPU_WEIGHT = 1
+MAX_CPU_WEIGHT = 10000
+
+
+def milli_cpu_to_shares(milli_cpu: int) -> int:
+    """cpu.shares for a cpu request in millicores: 0 -> 2, else m*1024//1000 clamped to [2, 262144]."""
+    if milli_cpu <= 0:
+        return MIN_SHARES
+    shares = milli_cpu * SHARES_PER_CPU // MILLI_CPU_TO_CPU
+    return max(MIN_SHARES, min(MAX_SHARES, shares))
+
+
+def milli_cpu_to_quota(milli_cpu: int | None, period_us: int = QUOTA_PERIOD_US) -> int | None:
+    """CFS quota in microseconds for a cpu limit; None when there is no limit; at least 1000 us."""
+    if milli_cpu is None or milli_cpu <= 0:
+        return None
+    quota = milli_cpu * period_us // MILLI_CPU_TO_CPU
+    return max(MIN_QUOTA_PERIOD_US, quota)
+
+
+def shares_to_cpu_weight(shares: int) -> int:
+    """cgroup v2 cpu.weight from cpu.shares with the quadratic map of runc >= 1.3.2 / crun >= 1.23.
+
+    1024 shares (one CPU of requests) -> 100, the weight of a default systemd service; the kubelet's
+    linear map gives 39 there and lets system.slice starve pods under contention.
+    """
+    if shares <= MIN_SHARES:
+        return MIN_CPU_WEIGHT
+    if shares >= MAX_SHARES:
+        return MAX_CPU_WEIGHT
+    log = math.log2(shares)
+    exponent = (log * log + 125 * log) / 612.0 - 7.0 / 34.0
+    weight = math.ceil(10**exponent)
+    return max(MIN_CPU_WEIGHT, min(MAX_CPU_WEIGHT, weight))
+
+
+def shares_to_cpu_weight_linear(shares: int) -> int:
+    """The kubelet's own linear map (KEP-2254), kept for comparison and documentation."""
+    if shares >= MAX_SHARES:
+        return MAX_CPU_WEIGHT
+    shares = max(MIN_SHARES, shares)
+    return 1 + ((shares - 2) * 9999) // 262142
+
+
+# ---- admission fit (kubelet lifecycle predicate / scheduler noderesources.Fits) -------------------
+
+from collections.abc import Callable, Iterable, Mapping  # noqa: E402  (appended section; keeps the cpu part untouched)
+from dataclasses import dataclass  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
+
+from nodeagent.core.quantity import Quantity  # noqa: E402
+
+if TYPE_CHECKING:
+    from nodeagent.core.model import Pod
+
+OUT_OF_PREFIX = "OutOf"
+_FIRST_CHECKED = ("cpu", "memory", "ephemeral-storage")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Admission verdict: `reason` is the kubelet's (OutOfcpu, OutOfpods, ...), None when ok."""
+
+    ok: bool
+    reason: str | None = None
+    message: str = ""
+
+
+def _sum_per_resource(lists: Iterable[Mapping[str, Quantity]]) -> dict[str, Quantity]:
+    total: dict[str, Quantity] = {}
+    for items in lists:
+        for name, q in items.items():
+            total[name] = total[name] + q if name in total else q
+    return total
+
+
+def pod_requests(pod: Pod) -> dict[str, Quantity]:
+    """Sum of the containers' requests per resource (after defaulting, so limits count too)."""
+    return _sum_per_resource(c.resources.requests for c in pod.spec.containers)
+
+
+def pod_limits(pod: Pod) -> dict[str, Quantity]:
+    """Sum of the containers' limits per resource (a resource only some containers limit is
+    still summed; callers deciding pod-level cgroup limits must check every container has one)."""
+    return _sum_per_resource(c.resources.limits for c in pod.spec.containers)
+
+
+def _amount(name: str, q: Quantity) -> int:
+    """The integers the kubelet's messages use: millicores for cpu, whole units otherwise."""
+    return q.milli_value() if name == "cpu" else q.value()
+
+
+def fits(
+    pod: Pod, allocatable: dict[str, Quantity], admitted: Iterable[Pod], max_pods: int,
+    *, requests_of: Callable[[Pod], Mapping[str, Quantity]] | None = None,
+) -> FitResult:
+    """Whether `pod` fits next to `admitted` pods: pod count first, then cpu, memory,
+    ephemeral-storage and the other resources by name; the first shortfall is reported as the
+    kubelet does ("OutOfmemory", "Node didn't have enough resource: memory, requested: ...").
+
+    Zero requests always fit. A resource the pod requests but the node does not have fails as
+    OutOf<name>; unlike the kubelet we do not drop unknown extended resources from the check,
+    since here no cluster-level component can satisfy them. A pod already in `admitted` (same uid)
+    is not counted twice. `requests_of` may return a cached `pod_requests` (the caller's).
+    """
+    requests_of = requests_of or pod_requests
+    others = [p for p in admitted if p.metadata.uid != pod.metadata.uid]
+    if len(others) + 1 > max_pods:
+        return _insufficient("pods", 1, len(others), max_pods)
+    requested = pod_requests(pod)
+    used = _sum_per_resource(requests_of(p) for p in others)
+    zero = Quantity.from_value(0)
+    rest = sorted(n for n in requested if n not in _FIRST_CHECKED)
+    for name in [*(n for n in _FIRST_CHECKED if n in requested), *rest]:
+        want = requested[name]
+        if want.sign() <= 0:
+            continue
+        capacity = allocatable.get(name, zero)
+        in_use = used.get(name, zero)
+        if want > capacity - in_use:
+            return _insufficient(
+                name, _amount(name, want), _amount(name, in_use), _amount(name, capacity)
+            )
+    return FitResult(ok=True)
+
+
+def _insufficient(name: str, requested: int, used: int, capacity: int) -> FitResult:
+    return FitResult(
+        ok=False,
+        reason=f"{OUT_OF_PREFIX}{name}",
+        message=(
+            f"Node didn't have enough resource: {name}, requested: {requested}, "
+            f"used: {used}, capacity: {capacity}"
+        ),
+    )
