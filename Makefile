@@ -6,14 +6,14 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config test unit integration integration-v2 integration-container bench bench-agent bench-scheduler install-systemd clean
+.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler install-systemd clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,lint]'
 	touch $@
 
 ## Validate the config and start the agent on it (Ctrl-C stops it; pods are left to be re-adopted).
@@ -23,6 +23,12 @@ run: install
 
 check-config: install
 	$(BIN)/nodeagent check-config --config $(CONFIG)
+
+## Import contracts (import-linter), lint (ruff) and types (mypy); CI runs it before the tests.
+lint: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 ## Unit tests, then (as root) the integration suites on the host kernel (cgroup v1 here) and in a
 ## User-Mode-Linux guest with pure cgroup v2.

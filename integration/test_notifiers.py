@@ -35,7 +35,6 @@ from nodeagent.agent.eviction.notify import (
     NotifierUnavailable,
     PsiNotifier,
     event_waker,
-    memcg_dir,
     set_memory_high,
     start_all,
 )
@@ -196,7 +195,7 @@ class Hog:
 
 @needs_v1
 async def test_v1_threshold_wakes_when_a_hog_crosses_it(v1_cgroup: CgroupDriver) -> None:
-    d = memcg_dir(v1_cgroup, "")
+    d = v1_cgroup.memory_dir("")
     usage_file = os.path.join(d, "memory.usage_in_bytes")
     rec = Recorder()
     latencies: list[float] = []
@@ -223,7 +222,7 @@ async def test_v1_threshold_wakes_when_a_hog_crosses_it(v1_cgroup: CgroupDriver)
 
 @needs_v1
 async def test_v1_threshold_does_not_fire_below_the_line(v1_cgroup: CgroupDriver) -> None:
-    d = memcg_dir(v1_cgroup, "")
+    d = v1_cgroup.memory_dir("")
     rec = Recorder()
     hog = await Hog.start(v1_cgroup.procs_files(""), os.path.join(d, "memory.usage_in_bytes"))
     notifier = MemcgThresholdNotifier(rec.wake, d, [hog.baseline + 64 * MI])
@@ -242,7 +241,7 @@ async def test_v1_threshold_does_not_fire_below_the_line(v1_cgroup: CgroupDriver
 
 @needs_v2
 async def test_v2_memory_high_crossing_wakes_through_memory_events(v2_cgroup: CgroupDriver) -> None:
-    d = memcg_dir(v2_cgroup, "")
+    d = v2_cgroup.memory_dir("")
     usage_file = os.path.join(d, "memory.current")
     rec = Recorder()
     latencies: list[float] = []
@@ -276,7 +275,7 @@ async def test_v2_memory_high_crossing_wakes_through_memory_events(v2_cgroup: Cg
 async def test_v2_removed_cgroup_disarms_the_watch(v2_cgroup: CgroupDriver) -> None:
     v2_cgroup.create("child", CgroupSpec())
     rec = Recorder()
-    notifier = MemoryEventsNotifier(rec.wake, memcg_dir(v2_cgroup, "child"))
+    notifier = MemoryEventsNotifier(rec.wake, v2_cgroup.memory_dir("child"))
     await notifier.start()
     try:
         v2_cgroup.remove("child")
@@ -488,7 +487,7 @@ def test_observation_cost() -> None:
     assert meminfo() > 0
     if KERNEL is not None:
         for drv in own_cgroup(KERNEL):
-            d = memcg_dir(drv, "")
+            d = drv.memory_dir("")
             usage = os.path.join(d, "memory.usage_in_bytes" if KERNEL == 1 else "memory.current")
             stat = os.path.join(d, "memory.stat")
 

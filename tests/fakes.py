@@ -75,6 +75,16 @@ class FakeCgroupDriver:
             raise OSError(errno.ENOENT, f"stats {key}: no such cgroup")
         return CgroupStats(oom_kills=sum(self.oom_kills.get(p, 0) for p in self._subtree(key)))
 
+    def memory_usage(self, path: str) -> tuple[int, int]:
+        self.stats(path)  # the same errors
+        return 0, 0
+
+    def oom_kill_count(self, path: str) -> int:
+        return self.stats(path).oom_kills
+
+    def memory_dir(self, path: str) -> str:
+        return "/fake-cgroupfs/memory/" + self._key(path)
+
     def kill(self, path: str) -> None:
         self.killed.append(self._key(path))
 

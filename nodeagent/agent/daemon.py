@@ -34,7 +34,7 @@ from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.config.reload import ReloadResult, plan
-from nodeagent.agent.config.settings import Config, ConfigError, load_config
+from nodeagent.agent.config.settings import Config, load_config
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.evaluate import DISK_PRESSURE, MEMORY_PRESSURE, PID_PRESSURE
 from nodeagent.agent.eviction.manager import EvictionManager, PassResult
@@ -42,7 +42,7 @@ from nodeagent.agent.eviction.notify import AdaptivePoll, rate_floor
 from nodeagent.agent.eviction.signals import NodeObserver
 from nodeagent.agent.eviction.wakeups import MemoryWakeups
 from nodeagent.agent.node.addresses import node_addresses_async, to_node_addresses
-from nodeagent.agent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
+from nodeagent.agent.node.allocatable import allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.agent.node.priority import set_own_oom_score_adj, set_own_priority
 from nodeagent.agent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
@@ -65,6 +65,7 @@ from nodeagent.daemonkit.auth import (
     make_ssl_context,
     unlink_unix_socket,
 )
+from nodeagent.daemonkit.configfile import ConfigError
 from nodeagent.daemonkit.logsetup import configure_logging
 from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
 
@@ -160,15 +161,11 @@ class Agent:
         self.driver = driver or make_driver(config.cgroup_driver, config.cgroup_root)
         os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
         self.capacity = discover_capacity(config.nodefs_path or config.state_dir, config.max_pods)
-        cap = self.capacity.as_quantities()
-        problems = over_reserved(cap, config.kube_reserved, config.system_reserved, config.hard_thresholds)
-        if problems:
-            raise FieldError("allocatable", "; ".join(problems))
-        self.allocatable = node_allocatable(cap, config.kube_reserved, config.system_reserved, config.hard_thresholds)
-        enforced = None
-        if "pods" in config.enforce_node_allocatable:
-            enforced = enforced_pods_allocatable(self.capacity.internal_quantities(),
-                                                 config.kube_reserved, config.system_reserved)
+        resources = allocatable_for(self.capacity, config)
+        if resources.problems:
+            raise FieldError("allocatable", "; ".join(resources.problems))
+        self.allocatable = resources.allocatable
+        enforced = resources.enforced_limits
         env = PodEnv(driver=self.driver, state_dir=config.state_dir,
                      memory_capacity=self.capacity.memory, clock=self.clock)
         self.manager = PodManager(env, CheckpointStore(config.state_dir), allocatable=self.allocatable,
@@ -178,7 +175,7 @@ class Agent:
         self.events = EventRecorder(self.clock, node_name)
         observer = NodeObserver(self.driver, config.nodefs_path or config.state_dir,
                                 config.imagefs_path or config.nodefs_path or config.state_dir,
-                                enforced["memory"].value() if enforced and "memory" in enforced else None,
+                                resources.enforced_memory,
                                 self.clock.now)
         self.eviction = EvictionManager(
             config.thresholds, observer.observe, PodEvictionAccess(self.manager), self.events, self.clock,
@@ -187,8 +184,7 @@ class Agent:
             interval=config.housekeeping_interval,
         )
         self.manager.extra_admit = self.eviction.admit
-        enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
-        self.wakeups = MemoryWakeups(self.driver, self.eviction, enforced_memory, observer.memory)
+        self.wakeups = MemoryWakeups(self.driver, self.eviction, resources.enforced_memory, observer.memory)
         self.eviction.on_pass.append(self.wakeups.after_pass)
         self.reporter = NodeReporter(config, self.capacity, self.allocatable, self.driver, self.clock,
                                      read_node_info(f"v{version}", f"cgroupfs-v{version}"),
@@ -305,11 +301,12 @@ class Agent:
         if replacing:
             await asyncio.gather(*replacing)
         for key, sp in self.static.pods.items():
-            worker = self.manager.pods.get(key)
-            if worker is not None and worker.reason == "Evicted" and worker.finished and not self.eviction.conditions:
+            current = self.manager.pods.get(key)
+            evicted = current is not None and current.reason == "Evicted" and current.finished
+            if current is not None and evicted and not self.eviction.conditions:
                 del self.manager.pods[key]  # the kubelet leaves it dead (kubernetes#76598); we bring it back
                 log.info("static_pod_readmitted", pod="/".join(key))
-            elif worker is not None:
+            elif current is not None:
                 continue
             try:
                 await self.manager.create_pod(sp.pod.to_dict())
@@ -366,8 +363,7 @@ class Agent:
         except ConfigError as e:
             log.error("config_reload_rejected", path=self.config_path, errors=e.errors)
             return ReloadResult(ok=False, errors=list(e.errors))
-        cap = self.capacity.as_quantities()
-        problems = over_reserved(cap, new.kube_reserved, new.system_reserved, new.hard_thresholds)
+        problems = allocatable_for(self.capacity, new).problems
         if problems:
             errors = [f"allocatable.{p}" for p in problems]
             log.error("config_reload_rejected", path=self.config_path, errors=errors)
@@ -386,11 +382,9 @@ class Agent:
     def _apply(self, new: Config) -> None:
         """Swap in the new config: thresholds, allocatable, the pods cgroup, logging, intervals."""
         configure_logging(new.logging.level, new.logging.format)
-        self.allocatable = node_allocatable(self.capacity.as_quantities(), new.kube_reserved,
-                                            new.system_reserved, new.hard_thresholds)
-        enforced = (enforced_pods_allocatable(self.capacity.internal_quantities(), new.kube_reserved,
-                                              new.system_reserved)
-                    if "pods" in new.enforce_node_allocatable else None)
+        resources = allocatable_for(self.capacity, new)
+        self.allocatable = resources.allocatable
+        enforced = resources.enforced_limits
         self.manager.allocatable = dict(self.allocatable)
         self.manager.enforced_allocatable = dict(enforced) if enforced else None
         self.manager.max_pods = new.max_pods
@@ -399,7 +393,7 @@ class Agent:
         self.eviction.set_thresholds(new.thresholds, transition_period=new.eviction_pressure_transition_period,
                                      max_pod_grace_period=new.eviction_max_pod_grace_period)
         self.eviction.interval = new.housekeeping_interval
-        self.wakeups.enforced_memory = enforced["memory"].value() if enforced and "memory" in enforced else None
+        self.wakeups.enforced_memory = resources.enforced_memory
         if enforced:
             high = self.wakeups.lines[0] if self.driver.version == 2 and self.wakeups.lines else None
             if high is not None and self.wakeups.enforced_memory:

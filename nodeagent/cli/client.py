@@ -86,13 +86,14 @@ class Target:
         if self.socket_path is not None:
             return UnixHTTPConnection(self.socket_path, self.timeout)
         parts = urlsplit(str(self.url))
+        host = parts.hostname or "localhost"
         if parts.scheme == "https":
             ctx = ssl.create_default_context(cafile=self.cacert)
             if self.cert:
                 ctx.load_cert_chain(self.cert, self.key)
-            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=self.timeout,
+            return http.client.HTTPSConnection(host, parts.port, timeout=self.timeout,
                                                context=ctx)
-        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=self.timeout)
+        return http.client.HTTPConnection(host, parts.port, timeout=self.timeout)
 
 
 def pod_path(namespace: str, name: str, suffix: str = "") -> str:

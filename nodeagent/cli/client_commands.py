@@ -14,20 +14,21 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeAlias
 
 import yaml
 
-from nodeagent.agent.config.settings import ConfigError, load_config, load_default_config
+from nodeagent.agent.config.settings import load_config, load_default_config
 from nodeagent.cli import render
 from nodeagent.cli.client import SOCKET_NAME, AgentError, Client, Target
+from nodeagent.daemonkit.configfile import ConfigError
 
 DEFAULT_CONFIG = "/etc/nodeagent/config.yaml"
 FOLLOW_WINDOW = 1000  # lines re-read per poll to find where the previous poll ended
 POLL_INTERVAL = 1.0
 _sleep = time.sleep  # tests replace it
 Command = Callable[[argparse.Namespace, Client], int]
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class UsageError(Exception):

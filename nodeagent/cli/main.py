@@ -12,14 +12,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nodeagent.agent.config.settings import Config, ConfigError, config_warnings, load_config, load_default_config
+from nodeagent.agent.config.settings import Config, config_warnings, load_config, load_default_config
 from nodeagent.agent.config.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, Threshold, format_percentage
-from nodeagent.agent.node.allocatable import enforced_pods_allocatable, node_allocatable, over_reserved
+from nodeagent.agent.node.allocatable import allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.cli.client_commands import SUBCOMMANDS as CLIENT_SUBCOMMANDS
 from nodeagent.cli.server_commands import add_scheduler
 from nodeagent.core.duration import format_go_duration
 from nodeagent.core.quantity import Quantity
+from nodeagent.daemonkit.configfile import ConfigError
 
 
 def _quantities(values: dict[str, Quantity]) -> dict[str, str]:
@@ -51,8 +52,8 @@ def _threshold_json(threshold: Threshold, capacity: int) -> dict[str, Any]:
 def check_config_report(config: Config, capacity: Capacity) -> dict[str, Any]:
     """The check-config JSON: effective config, thresholds, capacity and allocatable."""
     cap = capacity.as_quantities()
-    allocatable = node_allocatable(cap, config.kube_reserved, config.system_reserved, config.hard_thresholds)
-    enforced = enforced_pods_allocatable(capacity.internal_quantities(), config.kube_reserved, config.system_reserved)
+    resources = allocatable_for(capacity, config)
+    allocatable, enforced = resources.allocatable, resources.pods_limits
     signal_capacity = {
         "memory": capacity.memory,
         "ephemeral-storage": capacity.ephemeral_storage,
@@ -97,9 +98,7 @@ def _check_config(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"{source}: cannot read this machine's capacity: {exc}", file=sys.stderr)
         return 1
-    problems = over_reserved(
-        capacity.as_quantities(), config.kube_reserved, config.system_reserved, config.hard_thresholds
-    )
+    problems = allocatable_for(capacity, config).problems
     if problems:
         for problem in problems:
             print(f"{source}: allocatable.{problem}", file=sys.stderr)
@@ -111,7 +110,7 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_check_config(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_check_config(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "check-config",
         help="validate a config file and print the effective settings as JSON",
@@ -147,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "run", help="run the node agent",
         description="Run the node agent on FILE (default: the embedded defaults) until SIGTERM/SIGINT. "

@@ -211,8 +211,8 @@ def format_pods(pods: Iterable[Mapping[str, Any]], now: float, wide: bool = Fals
 def resource_rows(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     """RESOURCE, CAPACITY, ALLOCATABLE, REQUESTED (% of allocatable), USED (% of allocatable)."""
     status = _status(node)
-    maps = [status.get(k) if isinstance(status.get(k), Mapping) else {}
-            for k in ("capacity", "allocatable", "usage")]
+    maps: list[Mapping[str, Any]] = [m if isinstance(m := status.get(k), Mapping) else {}
+                                     for k in ("capacity", "allocatable", "usage")]
     cap, alloc, usage = ({k: _quantity(v) for k, v in m.items()} for m in maps)
     req = requested(pods)
     names = [r for r in RESOURCE_ORDER if r in cap or r in alloc]

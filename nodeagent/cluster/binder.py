@@ -286,10 +286,11 @@ class Binder:
             try:
                 ap = await self.agents.create_pod(node, st.url, agent_manifest(rec.obj))
             except AgentConflict as e:
-                ap = await self.agents.get_pod(node, st.url, meta["namespace"], meta["name"])
-                if ap is None or (ap.get("metadata") or {}).get("uid") != rec.uid:
+                there = await self.agents.get_pod(node, st.url, meta["namespace"], meta["name"])
+                if there is None or (there.get("metadata") or {}).get("uid") != rec.uid:
                     raise AgentRefused(node, f"another pod of this name is there: {e.message}",
                                        409, "AlreadyExists") from None
+                ap = there
             self._confirmed(rec, node, ap)
         except AgentError as e:
             self._bind_failed(rec, node, e)

@@ -53,11 +53,13 @@ class PodRecord:
 
     @property
     def node(self) -> str | None:
-        return self.obj["spec"].get("nodeName")
+        node = self.obj["spec"].get("nodeName")
+        return str(node) if node else None
 
     @property
     def status(self) -> dict[str, Any]:
-        return self.obj.setdefault("status", {})
+        status: dict[str, Any] = self.obj.setdefault("status", {})
+        return status
 
     @property
     def phase(self) -> str:
@@ -204,7 +206,7 @@ def parse_namespace(manifest: Any) -> tuple[str, dict[str, str]]:
                                f"Unsupported value: {manifest.get('apiVersion')!r}: supported values: 'v1'"))
     if manifest.get("kind", "Namespace") != "Namespace":
         errs.append(FieldError("kind", f"Unsupported value: {manifest.get('kind')!r}: supported values: 'Namespace'"))
-    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    meta = _v if isinstance(_v := manifest.get("metadata"), dict) else {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         errs.append(FieldError("metadata.name", "Required value: name or generateName is required"))

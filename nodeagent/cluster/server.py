@@ -70,8 +70,8 @@ class SchedulerService:
         self.state = ClusterState(self.store, self.clock, scoring=config.scoring,
                                   grace=config.node_monitor_grace_period)
         if agents is None:
-            token = read_token(config.agent_token_file).decode() if config.agent_token_file else None
-            agents = HttpAgents(token, config.agent_request_timeout, config.agent_ca_file)
+            agent_token = read_token(config.agent_token_file).decode() if config.agent_token_file else None
+            agents = HttpAgents(agent_token, config.agent_request_timeout, config.agent_ca_file)
         self.agents = agents
         self.binder = Binder(self.state, agents, self.clock, initial_backoff=config.pod_initial_backoff,
                              max_backoff=config.pod_max_backoff)

@@ -27,7 +27,7 @@ from nodeagent.cluster.objects import PodRecord, agent_manifest, namespace_objec
 from nodeagent.cluster.scheduler.framework import Framework, PodInfo, ScoringConfig
 from nodeagent.cluster.scheduler.node_table import NodeSpec, NodeTable
 from nodeagent.cluster.scheduler.nodes import NodeState, is_ready, node_spec
-from nodeagent.cluster.store.sqlite import AsyncStore, Snapshot
+from nodeagent.cluster.store.sqlite import Revisions, Snapshot
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import parse_pod
 from nodeagent.core.quantity import Quantity
@@ -39,7 +39,7 @@ FOREIGN = "\x00foreign/"  # table keys of static pods the agents run
 
 
 class ClusterState:
-    def __init__(self, store: AsyncStore, clock: Clock, *, scoring: str = "LeastAllocated",
+    def __init__(self, store: Revisions, clock: Clock, *, scoring: str = "LeastAllocated",
                  grace: float = 40.0) -> None:
         self.store, self.clock, self.grace = store, clock, grace
         self.table = NodeTable()
@@ -66,12 +66,12 @@ class ClusterState:
         now = self.clock.now()
         for entry in configured:
             self.nodes[entry.name] = NodeState(entry.name, entry.url, configured=True, not_ready_since=now)
-        for name, rec in snapshot.get("nodes", {}).items():
+        for name, node_obj in snapshot.get("nodes", {}).items():
             st = self.nodes.setdefault(name, NodeState(name, not_ready_since=now))
-            st.unschedulable = bool(rec.get("unschedulable"))
-            st.registered = bool(rec.get("registered"))
+            st.unschedulable = bool(node_obj.get("unschedulable"))
+            st.registered = bool(node_obj.get("registered"))
             if not st.configured:
-                st.url = rec.get("url")
+                st.url = node_obj.get("url")
         for name in self.nodes:
             self._upsert(name)
         self.namespaces.update(snapshot.get("namespaces", {}))
@@ -81,16 +81,16 @@ class ClusterState:
                 self.priority_objects[name] = obj
             except ValueError as e:
                 problems.append(f"priorityclasses/{name}: {e}")
-        for key, obj in snapshot.get("resourcequotas", {}).items():
+        for key, quota_obj in snapshot.get("resourcequotas", {}).items():
             try:
-                self.quotas[key] = parse_resource_quota(_bare(obj))
-                self.quota_objects[key] = obj
+                self.quotas[key] = parse_resource_quota(_bare(quota_obj))
+                self.quota_objects[key] = quota_obj
                 self.quota_used[key] = compute_used(self.quotas[key], ())
             except ValueError as e:
                 problems.append(f"resourcequotas/{key}: {e}")
-        for key, obj in snapshot.get("pods", {}).items():
+        for key, pod_obj in snapshot.get("pods", {}).items():
             try:
-                rec = record_from(obj)
+                rec = record_from(pod_obj)
             except ValueError as e:
                 problems.append(f"pods/{key}: {e}")
                 continue

@@ -286,7 +286,7 @@ def _to_nanos(text: str, mantissa: int, ndigits: int, exp10: int, binary: int) -
     shift = exp10 + 9
     scaled = mantissa << binary
     if shift >= 0:
-        return scaled * 10**shift
+        return int(scaled * 10**shift)
     return _ceil_div(scaled, 10**-shift)
 
 

@@ -30,7 +30,8 @@ def _check_yaml_events(text: str) -> None:
     depth = nodes = 0
     for ev in yaml.parse(text, Loader=_Loader):
         if isinstance(ev, yaml.AliasEvent):
-            raise ValueError(f"YAML aliases are not allowed (line {ev.start_mark.line + 1})")
+            line = ev.start_mark.line + 1 if ev.start_mark is not None else "?"
+            raise ValueError(f"YAML aliases are not allowed (line {line})")
         if isinstance(ev, yaml.NodeEvent):
             nodes += 1
             if nodes > MAX_NODES:

@@ -23,7 +23,7 @@ from nodeagent.daemonkit.status import StatusError, status_middleware
 _SOURCE_KEYS = frozenset({CONFIG_SOURCE_ANNOTATION, CONFIG_MIRROR_ANNOTATION,
                           "kubernetes.io/config.hash"})
 MAX_BODY = 1 << 20  # 1 MiB: a pod manifest is a few KiB; more is a mistake or an attack
-BACKEND: web.AppKey[AgentBackend] = web.AppKey("backend", AgentBackend)  # type: ignore[type-abstract]
+BACKEND: web.AppKey[AgentBackend] = web.AppKey("backend", AgentBackend)
 
 
 def _backend(request: web.Request) -> AgentBackend:

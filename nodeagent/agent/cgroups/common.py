@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 
+from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.core.errors import FieldError
 from nodeagent.core.resources import MAX_SHARES, MIN_QUOTA_PERIOD_US, MIN_SHARES
 
@@ -44,7 +45,7 @@ def split_rel(path: str, field: str = "path") -> list[str]:
     return parts
 
 
-def validate_spec(spec: object) -> None:
+def validate_spec(spec: CgroupSpec) -> None:
     """Reject values the kernel would refuse (or silently clamp), naming the field."""
     cpu_shares = spec.cpu_shares
     if cpu_shares is not None and not MIN_SHARES <= cpu_shares <= MAX_SHARES:

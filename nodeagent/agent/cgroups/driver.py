@@ -78,6 +78,19 @@ class CgroupDriver(Protocol):
 
     def stats(self, path: str) -> CgroupStats: ...
 
+    def memory_usage(self, path: str) -> tuple[int, int]:
+        """(usage, inactive file) bytes: what memory eviction needs, in two file reads (stats()
+        reads every controller, and on v1 walks the whole subtree for oom_kill)."""
+        ...
+
+    def oom_kill_count(self, path: str) -> int:
+        """The cgroup's cumulative oom_kill counter, subtree included (0 where the kernel does not count)."""
+        ...
+
+    def memory_dir(self, path: str) -> str:
+        """Absolute directory of the cgroup in the memory hierarchy (for kernel notifications)."""
+        ...
+
     def kill(self, path: str) -> None:
         """SIGKILL every process in the cgroup and its descendants."""
         ...

@@ -13,6 +13,7 @@ used: it walks the whole hierarchy on construction, which is too slow per call.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -231,7 +232,8 @@ class CgroupV1Driver:
         """Every Node of the subtree, children before parents (cgroupspy's walk_up)."""
         node = self._node(controller, path)
         _load_children(node)
-        return node.walk_up()
+        nodes: Iterator[Node] = node.walk_up()
+        return nodes
 
     def pids(self, path: str) -> list[int]:
         """Union over the hierarchies: a task half-way through joining is still found."""
@@ -290,13 +292,16 @@ class CgroupV1Driver:
     def memory_usage(self, path: str) -> tuple[int, int]:
         """(usage, inactive file) bytes: what memory eviction needs, in two file reads (stats()
         also walks the whole subtree for oom_kill, O(pods) on kubepods)."""
-        d = os.path.join(self.hierarchies["memory"], *self._parts(path))
+        d = self.memory_dir(path)
         usage = read_int(os.path.join(d, "memory.usage_in_bytes"))
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("total_inactive_file", 0)
 
+    def memory_dir(self, path: str) -> str:
+        return os.path.join(self.hierarchies["memory"], *self._parts(path))
+
     def oom_kill_count(self, path: str) -> int:
         """Summed over the subtree like stats(), from plain memory.oom_control reads."""
-        top = os.path.join(self.hierarchies["memory"], *self._parts(path))
+        top = self.memory_dir(path)
         if not os.path.isdir(top):
             raise CgroupError(errno.ENOENT, f"oom_kill_count {path}: no such cgroup")
         return sum(read_flat_keyed(os.path.join(d, "memory.oom_control")).get("oom_kill", 0)
@@ -323,7 +328,7 @@ class CgroupV1Driver:
                 d = node.full_path.decode()
                 if not os.path.isdir(d):
                     continue
-                rmdir_retry(d, self.remove_timeout, lambda n=node: _describe_busy(n))
+                rmdir_retry(d, self.remove_timeout, functools.partial(_describe_busy, node))
                 node.parent.delete_cgroup(node.name.decode())  # detaches; dir already gone
 
 

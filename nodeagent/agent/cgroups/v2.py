@@ -11,6 +11,7 @@ root is created or removed except the directories of the root itself.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 
 import structlog
@@ -221,6 +222,9 @@ class CgroupV2Driver:
         usage = read_int(os.path.join(d, "memory.current"))
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("inactive_file", 0)
 
+    def memory_dir(self, path: str) -> str:
+        return self._dir(path)
+
     def oom_kill_count(self, path: str) -> int:
         d = self._dir(path)
         if not os.path.isdir(d):
@@ -250,7 +254,7 @@ class CgroupV2Driver:
         if not os.path.isdir(d):
             return
         for sub in reversed(list(walk_top_down(d))):
-            rmdir_retry(sub, self.remove_timeout, lambda s=sub: _describe_busy(s))
+            rmdir_retry(sub, self.remove_timeout, functools.partial(_describe_busy, sub))
 
 
 def _max(value: int | None) -> str:

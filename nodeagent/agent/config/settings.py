@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -56,6 +56,7 @@ DEFAULT_CONFIG_SOURCE = "nodeagent/agent/config/defaults.yaml"
 RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication", "tlsCertFile",
                 "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes", "nice")
 UNIX_SOCKET_NAME = "nodeagent.sock"
+V = TypeVar("V")
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
 
 
@@ -217,13 +218,13 @@ class Config(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-def effective_eviction_hard(eviction_hard: Mapping[str, str] | None, merge_defaults: bool) -> dict[str, str]:
+def effective_eviction_hard(eviction_hard: Mapping[str, V] | None, merge_defaults: bool) -> dict[str, V | str]:
     """The kubelet's rule (cmd/kubelet/app/server.go loadConfigFile): an unset evictionHard gets
     the defaults; a set one replaces them entirely (signals left out are disabled) unless
     mergeDefaultEvictionSettings is true, which fills in the signals left out."""
     if eviction_hard is None:
         return dict(DEFAULT_EVICTION_HARD)
-    merged = dict(eviction_hard)
+    merged: dict[str, V | str] = dict(eviction_hard)
     if merge_defaults:
         for signal, value in DEFAULT_EVICTION_HARD.items():
             merged.setdefault(signal, value)

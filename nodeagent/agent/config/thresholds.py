@@ -62,7 +62,8 @@ _PERCENT = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?%")
 
 def _float32(value: float) -> float:
     """Round to IEEE single precision: the kubelet keeps percentages as float32."""
-    return struct.unpack("f", struct.pack("f", value))[0]
+    rounded: float = struct.unpack("f", struct.pack("f", value))[0]
+    return rounded
 
 
 def _percentage(text: str) -> float:

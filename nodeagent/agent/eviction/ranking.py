@@ -134,8 +134,9 @@ def select_victims(ranked_pods: Sequence[Pod], usage: UsageMap, amount_needed: i
 
 def _quantity(resource: str, amount: int) -> str:
     """How the kubelet prints an amount: bytes in BinarySI, counts in DecimalSI."""
-    fmt = "BinarySI" if resource in ("memory", "ephemeral-storage") else "DecimalSI"
-    return str(Quantity.from_value(amount, fmt))
+    if resource in ("memory", "ephemeral-storage"):
+        return str(Quantity.from_value(amount, "BinarySI"))
+    return str(Quantity.from_value(amount, "DecimalSI"))
 
 
 def _threshold_quantity(threshold: Threshold, observed: Observation) -> str:

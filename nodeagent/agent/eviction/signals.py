@@ -63,12 +63,7 @@ def _read(path: str) -> str:
 def kubepods_memory(driver: CgroupDriver) -> tuple[int, int]:
     """(usage, inactive file) of the pods cgroup; the drivers' two-file read where they have it
     (stats() reads every controller, and on v1 walks every pod's cgroup for oom_kill)."""
-    cheap = getattr(driver, "memory_usage", None)
-    if cheap is not None:
-        usage, inactive = cheap(layout.KUBEPODS)
-        return int(usage), int(inactive)
-    stats = driver.stats(layout.KUBEPODS)
-    return stats.memory_usage, stats.memory_inactive_file
+    return driver.memory_usage(layout.KUBEPODS)
 
 
 @dataclass

@@ -38,7 +38,6 @@ from nodeagent.agent.eviction.notify import (
     PsiNotifier,
     close_all,
     event_waker,
-    memcg_dir,
     set_memory_high,
     start_all,
 )
@@ -128,7 +127,7 @@ class MemoryWakeups:
         self.unavailable: dict[str, str] = {}
         self.lines: list[int] = []
         self._memcg: MemcgThresholdNotifier | None = None
-        self._kubepods = memcg_dir(driver, layout.KUBEPODS)
+        self._kubepods = driver.memory_dir(layout.KUBEPODS)
 
     def _current_lines(self, hard_only: bool) -> list[int]:
         return self._lines_and_usage(hard_only)[0]

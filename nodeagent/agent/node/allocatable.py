@@ -8,11 +8,18 @@ validateNodeAllocatable) and the node status setter that floors allocatable at z
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from nodeagent.agent.config.thresholds import MEMORY_AVAILABLE, NODEFS_AVAILABLE, OP_LESS_THAN, Threshold
 from nodeagent.core.quantity import Quantity
 
 ResourceList = Mapping[str, Quantity]
+R = TypeVar("R", bound=str)  # the config's reservation keys ("cpu", "memory", ...)
+
+if TYPE_CHECKING:
+    from nodeagent.agent.config.settings import Config
+    from nodeagent.agent.node.capacity import Capacity
 
 # Which hard threshold reserves which capacity resource (the only two the kubelet subtracts).
 _EVICTION_RESERVES = {MEMORY_AVAILABLE: "memory", NODEFS_AVAILABLE: "ephemeral-storage"}
@@ -111,3 +118,51 @@ def over_reserved(
                 f"exceed capacity ({capacity[name]})"
             )
     return problems
+
+
+@dataclass(frozen=True)
+class NodeAllocatable:
+    """Everything that follows from capacity and the reservations: derived once per config."""
+
+    allocatable: dict[str, Quantity]  # status.allocatable
+    pods_limits: dict[str, Quantity]  # capacity - reserved, with pid: the kubepods cgroup's limits
+    enforced: bool  # enforceNodeAllocatable has "pods": kubepods is limited to pods_limits
+    problems: tuple[str, ...]  # reservations over capacity: the agent refuses such a config
+
+    @property
+    def enforced_limits(self) -> dict[str, Quantity] | None:
+        return self.pods_limits if self.enforced else None
+
+    @property
+    def enforced_memory(self) -> int | None:
+        """The kubepods memory limit in bytes when it is enforced (allocatableMemory.available)."""
+        limits = self.enforced_limits
+        return limits["memory"].value() if limits and "memory" in limits else None
+
+
+def derive(
+    capacity: ResourceList,
+    internal_capacity: ResourceList,
+    kube_reserved: Mapping[R, Quantity],
+    system_reserved: Mapping[R, Quantity],
+    hard_thresholds: Iterable[Threshold],
+    *,
+    enforce_pods: bool,
+) -> NodeAllocatable:
+    """The one place allocatable, the pods cgroup limits and the over-reservation check are made."""
+    kube = {str(k): v for k, v in kube_reserved.items()}
+    system = {str(k): v for k, v in system_reserved.items()}
+    hard = list(hard_thresholds)
+    return NodeAllocatable(
+        allocatable=node_allocatable(capacity, kube, system, hard),
+        pods_limits=enforced_pods_allocatable(internal_capacity, kube, system),
+        enforced=enforce_pods,
+        problems=tuple(over_reserved(capacity, kube, system, hard)),
+    )
+
+
+def allocatable_for(capacity: Capacity, config: Config) -> NodeAllocatable:
+    """derive() for this machine's capacity and a config (the agent and check-config)."""
+    return derive(capacity.as_quantities(), capacity.internal_quantities(), config.kube_reserved,
+                  config.system_reserved, config.hard_thresholds,
+                  enforce_pods="pods" in config.enforce_node_allocatable)

@@ -119,6 +119,8 @@ def _decode(raw: bytes) -> PodRecord:
     body = json.dumps(data, sort_keys=True, separators=(",", ":"))
     if hashlib.sha256(body.encode()).hexdigest() != doc.get("checksum"):
         raise ValueError("checksum mismatch")
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed record: data is {type(data).__name__}, not an object")
     try:
         containers = tuple(
             ContainerRecord(name=c["name"], pid=c["pid"], start_time=c["startTime"],

@@ -42,9 +42,7 @@ class DriverCgroup:
         self.driver.kill(self.path)
 
     def oom_kills(self) -> int:
-        # the drivers' one-file read where there is one (stats() reads every controller's files)
-        count = getattr(self.driver, "oom_kill_count", None)
-        return int(count(self.path)) if count is not None else self.driver.stats(self.path).oom_kills
+        return self.driver.oom_kill_count(self.path)
 
     def __repr__(self) -> str:
         return f"DriverCgroup({self.path!r})"

@@ -106,7 +106,7 @@ def _load_fallocate() -> Callable[[int, int, int, int], int] | None:
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn  # type: ignore[no-any-return, unused-ignore]  # a ctypes function (Any on some stubs)
 
 
 _fallocate = _load_fallocate()
@@ -170,7 +170,7 @@ def rotate(path: str, max_size: int = DEFAULT_MAX_SIZE, max_files: int = DEFAULT
 
 def prune_runs(container_dir: str, current_restart: int) -> list[str]:
     """Remove logs of runs older than the previous one; returns the removed paths."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(container_dir)
     except FileNotFoundError:

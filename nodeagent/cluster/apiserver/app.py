@@ -31,7 +31,7 @@ from nodeagent.core.errors import ValidationErrors
 from nodeagent.daemonkit.body import decode_body
 from nodeagent.daemonkit.status import status_body, status_middleware
 
-SERVICE: web.AppKey[ClusterBackend] = web.AppKey("service", ClusterBackend)  # type: ignore[type-abstract]
+SERVICE: web.AppKey[ClusterBackend] = web.AppKey("service", ClusterBackend)
 OPS: web.AppKey[Operations] = web.AppKey("ops", Operations)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -124,7 +124,7 @@ class Operations:
         if not name and isinstance(meta.get("generateName"), str) and meta["generateName"]:
             name = meta["generateName"] + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
         self._active_namespace(ns, "pods", str(name))
-        spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+        spec = _v if isinstance(_v := body.get("spec"), dict) else {}
         try:
             resolved = self.state.priority.resolve(spec.get("priorityClassName"))
         except FieldError as e:
@@ -226,7 +226,7 @@ class Operations:
     async def create_quota(self, ns: str, body: Any, replace: str | None = None) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise ApiError(400, "the body must be a ResourceQuota object", "BadRequest")
-        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        meta = _v if isinstance(_v := body.get("metadata"), dict) else {}
         if meta.get("namespace") not in (None, "", ns):
             raise ApiError(400, f"the namespace of the provided object ({meta.get('namespace')}) "
                                 f"does not match the namespace sent on the request ({ns})", "BadRequest")
@@ -235,8 +235,9 @@ class Operations:
         if replace is not None and replace != name:
             raise ApiError(400, f"the name of the object ({name}) does not match the name on the URL "
                                 f"({replace})", "BadRequest")
+        bare_meta: dict[str, Any] = {"name": name, "namespace": ns}
         bare = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
-                "metadata": {"name": name, "namespace": ns}, "spec": body.get("spec") or {}}
+                "metadata": bare_meta, "spec": body.get("spec") or {}}
         try:
             quota = parse_resource_quota(bare)
         except ValueError as e:
@@ -248,7 +249,7 @@ class Operations:
                            "resourcequotas", name)
         if replace is not None and old is None:
             raise not_found("resourcequotas", name)
-        obj = {**bare, "metadata": {**bare["metadata"],
+        obj: dict[str, Any] = {**bare, "metadata": {**bare_meta,
                                     "uid": old["metadata"]["uid"] if old else _uid(),
                                     "creationTimestamp": old["metadata"]["creationTimestamp"] if old
                                     else rfc3339(self.svc.clock.wall())}}

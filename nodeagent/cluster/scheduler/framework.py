@@ -356,14 +356,15 @@ class Framework:
             weights = wc * has[0] + wm * has[1]
             num = np.where(has[0], x[0] * wc, 0.0) + np.where(has[1], x[1] * wm, 0.0)
             return np.where(weights > 0, np.floor(num / weights), 0.0)
-        out = t.scratch("total", 1, np.float64)[0]
+        out: np.ndarray = t.scratch("total", 1, np.float64)[0]
         if wc == wm == 1:
             np.add(x[0], x[1], out=out)
         else:
             np.multiply(x[0], wc, out=out)
             out += x[1] * wm
         out /= wc + wm
-        return np.floor(out, out=out)
+        np.floor(out, out=out)
+        return out
 
     def _balanced_score(self, pod: PodInfo, s: np.ndarray, alloc: np.ndarray,
                         slow: bool) -> np.ndarray:
@@ -375,11 +376,11 @@ class Framework:
         std = np.subtract(f[0], f[1], out=t.scratch("std", 1, np.float64)[0])
         std /= 2.0  # std of two fractions: |f0 - f1| / 2
         np.abs(std, out=std)
-        score = np.subtract(1.0, std, out=std)
+        score: np.ndarray = np.subtract(1.0, std, out=std)
         score *= MAX_NODE_SCORE
         np.trunc(score, out=score)
         if slow:  # fewer than two fractions: std 0
-            score = np.where(alloc.all(axis=0), score, float(MAX_NODE_SCORE))
+            return np.where(alloc.all(axis=0), score, float(MAX_NODE_SCORE))
         return score
 
     # ---- one scheduling cycle ----------------------------------------------------------------

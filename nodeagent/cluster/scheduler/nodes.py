@@ -136,7 +136,7 @@ def check_report(name: str, body: Any) -> dict[str, Any]:
         raise ValidationErrors([FieldError("", "the body must be a Node object")])
     if body.get("kind") != "Node":
         errs.append(FieldError("kind", f"Unsupported value: {body.get('kind')!r}: supported values: 'Node'"))
-    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    meta = _v if isinstance(_v := body.get("metadata"), dict) else {}
     if meta.get("name") != name:
         errs.append(FieldError("metadata.name", invalid(meta.get("name"),
                                                         f"must match the name in the URL ({name})")))
@@ -156,7 +156,7 @@ def check_report(name: str, body: Any) -> dict[str, Any]:
                     errs.append(FieldError(f"status.allocatable.{k}", invalid(v, str(e))))
         if not isinstance(status.get("conditions", []), list):
             errs.append(FieldError("status.conditions", "must be a list"))
-    url = (meta.get("annotations") or {}).get(URL_ANNOTATION) if isinstance(meta.get("annotations"), dict) else None
+    url = ann.get(URL_ANNOTATION) if isinstance(ann := meta.get("annotations"), dict) else None
     if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
         errs.append(FieldError(f"metadata.annotations[{URL_ANNOTATION}]", invalid(url, "must be an http(s) URL")))
     if errs:

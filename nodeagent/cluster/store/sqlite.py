@@ -124,11 +124,11 @@ class SqliteStore:
             return
         db.execute("BEGIN IMMEDIATE")
         try:
-            for c in changes:
-                if isinstance(c, Put):
-                    db.execute(_UPSERT, (c.kind, c.key, c.revision, c.data))
+            for change in changes:
+                if isinstance(change, Put):
+                    db.execute(_UPSERT, (change.kind, change.key, change.revision, change.data))
                 else:
-                    db.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (c.kind, c.key))
+                    db.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (change.kind, change.key))
             if any(isinstance(c, Delete) for c in changes):
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('revision', ?)",
                            (max(c.revision for c in changes),))

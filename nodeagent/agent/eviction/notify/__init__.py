@@ -22,7 +22,6 @@ from nodeagent.agent.eviction.notify.base import (
     WakeFn,
     close_all,
     event_waker,
-    memcg_dir,
     start_all,
 )
 from nodeagent.agent.eviction.notify.memcg_v1 import MemcgThresholdNotifier
@@ -41,7 +40,6 @@ __all__ = [
     "WakeFn",
     "close_all",
     "event_waker",
-    "memcg_dir",
     "next_interval",
     "rate_floor",
     "set_memory_high",

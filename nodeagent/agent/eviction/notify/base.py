@@ -10,14 +10,10 @@ while the notifier is armed.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import structlog
-
-from nodeagent.agent.cgroups.common import split_rel
-from nodeagent.agent.cgroups.driver import CgroupDriver
 
 log = structlog.get_logger(__name__)
 
@@ -77,18 +73,3 @@ def close_all(notifiers: Sequence[Notifier]) -> None:
         n.close()
 
 
-def memcg_dir(driver: CgroupDriver, path: str) -> str:
-    """Absolute directory of `path` (relative to the agent root) in the memory hierarchy.
-
-    v2: <mount>/<root>/<path>; v1: <memory mount>/<root>/<path>. Uses the drivers' public
-    `mount` / `hierarchies` attributes (not part of the CgroupDriver protocol, hence getattr).
-    """
-    parts = [*split_rel(driver.root, "root"), *split_rel(path)]
-    if driver.version == 2:
-        base = driver.mount
-    else:
-        hierarchies = driver.hierarchies
-        if "memory" not in hierarchies:
-            raise ValueError("driver: cgroup v1 driver has no memory hierarchy")
-        base = hierarchies["memory"]
-    return os.path.join(base, *parts)
