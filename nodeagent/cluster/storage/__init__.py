@@ -1,0 +1,4 @@
+"""The control plane's storage: the etcd-shaped Store protocol (interface) and its backends.
+
+May import: core.
+"""
