@@ -11,6 +11,8 @@ from typing import Any
 import nacl.secret
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.cluster.auth.encryption import (
     DecryptError,
@@ -225,3 +227,21 @@ resources:
         load_encryption_config(path)
     with pytest.raises(EncryptionConfigError, match="cannot read"):
         load_encryption_config(tmp_path / "missing.yaml")
+
+
+CONF_KEYS = st.sampled_from(["apiVersion", "kind", "resources", "providers", "aesgcm", "secretbox", "identity", "keys",
+                             "name", "secret", "aescbc", "kms"])
+CONF_LIKE = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=10) | st.just(b64(K32)),
+                         lambda kids: st.lists(kids, max_size=3) | st.dictionaries(CONF_KEYS, kids, max_size=4),
+                         max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(CONF_LIKE)
+def test_malformed_configuration_is_always_a_clear_error(data: Any) -> None:
+    doc = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "EncryptionConfiguration", "resources": data}
+    for candidate in (data, doc):
+        try:
+            parse_encryption_config(candidate, "enc.yaml")
+        except EncryptionConfigError as e:
+            assert e.errors  # every problem named; only this error type, never a crash

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.cluster.auth.attributes import Attributes, Verdict, forbidden_message
 from nodeagent.cluster.auth.authorizer import build_authorizer
@@ -210,3 +212,22 @@ def test_chain_node_then_rbac(graph: NodeGraph) -> None:
     rbac.put({"kind": "ClusterRoleBinding", "metadata": {"name": "x"},
               "roleRef": {"kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "Group", "name": "system:nodes"}]})
     assert chain.authorize(res("list", "pods", ns="ns")).allowed
+
+
+POD_KEYS = st.sampled_from(["metadata", "spec", "status", "name", "namespace", "nodeName", "volumes", "containers",
+                            "env", "envFrom", "valueFrom", "secretKeyRef", "secret", "secretName", "projected",
+                            "sources", "imagePullSecrets", "serviceAccountName", "ephemeral", "annotations"])
+POD_LIKE = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(POD_KEYS, kids, max_size=5),
+                        max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(POD_LIKE, st.sampled_from(["ADDED", "MODIFIED", "DELETED"]))
+def test_malformed_pods_never_break_the_graph(obj: Any, event: str) -> None:
+    graph = NodeGraph()
+    body = {**obj, "kind": "Pod"} if isinstance(obj, dict) else {"kind": "Pod", "spec": obj}
+    graph.apply(event, body)
+    graph.apply("DELETED", body)
+    node_restriction(N1, res("create", "pods", ns="ns"), body)
+    assert NodeAuthorizer(graph).authorize(res("get", "nodes", name="n1")).allowed

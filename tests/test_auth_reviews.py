@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from nodeagent.cluster.auth.attributes import Attributes
 from nodeagent.cluster.auth.authorizer import build_authorizer
 from nodeagent.cluster.auth.node import NodeGraph
 from nodeagent.cluster.auth.rbac import bootstrap
@@ -121,3 +124,37 @@ def test_whoami() -> None:
                    "metadata": {"creationTimestamp": "2023-11-14T22:13:20Z"},
                    "status": {"userInfo": {"username": "alice", "uid": "u1",
                                            "groups": ["dev", "system:authenticated"]}}}
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+                    max_leaves=12)
+KEYS = st.sampled_from(["spec", "metadata", "resourceAttributes", "nonResourceAttributes", "user", "groups", "extra",
+                        "verb", "resource", "namespace", "path", "fieldSelector", "rawSelector", "kind", "subjects",
+                        "roleRef", "rules", "name", "aggregationRule", "clusterRoleSelectors", "matchLabels"])
+SHAPED = st.recursive(JSON, lambda kids: st.dictionaries(KEYS, kids, max_size=5), max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(SHAPED)
+def test_malformed_review_bodies_never_crash(body: Any) -> None:
+    rbac = RBACIndex(bootstrap.cluster_roles())
+    for call in (lambda b: self_subject_access_review(b, ALICE, rbac), lambda b: subject_access_review(b, rbac),
+                 lambda b: local_subject_access_review(b, "team", rbac),
+                 lambda b: self_subject_rules_review(b, ALICE, rbac)):
+        try:
+            out = call(body if isinstance(body, dict) else {"spec": body})
+        except (ValidationErrors, NamespaceMismatch):
+            continue
+        assert isinstance(out["status"], dict)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"]), SHAPED)
+def test_malformed_rbac_objects_never_break_the_index(kind: str, obj: Any) -> None:
+    rbac = RBACIndex(bootstrap.cluster_roles() + bootstrap.cluster_role_bindings())
+    body = {**obj, "kind": kind} if isinstance(obj, dict) else {"kind": kind, "spec": obj}
+    rbac.apply("ADDED", body)
+    rbac.apply("DELETED", body)
+    master = UserInfo("root", groups=("system:masters",))
+    assert rbac.authorize(Attributes(master, "get", resource="pods")).allowed

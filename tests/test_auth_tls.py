@@ -35,10 +35,11 @@ from nodeagent.cluster.auth.pki import (
     make_ca,
     server_ssl_context,
 )
+from nodeagent.cluster.auth.protobuf import CONTENT_TYPE, decode
 from nodeagent.cluster.auth.rbac import bootstrap
 from nodeagent.cluster.auth.rbac.index import RBACIndex
 from nodeagent.cluster.auth.request import AuthnRequest, verified_peer_certificate
-from nodeagent.cluster.auth.reviews import self_subject_access_review, self_subject_review
+from nodeagent.cluster.auth.reviews import self_subject_access_review, self_subject_review, self_subject_rules_review
 from nodeagent.cluster.auth.tokenfile import TokenFile, parse_token_file
 from nodeagent.cluster.auth.x509 import X509Authenticator
 from nodeagent.core.clock import FakeClock
@@ -144,6 +145,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     tokens = TokenFile(parse_token_file(TOKENS, "tokens.csv")[0])
     authn = Authenticator([X509Authenticator(), BearerTokenAuthenticator([tokens])], Anonymous(["/healthz"]))
     rbac = RBACIndex(bootstrap.cluster_roles() + bootstrap.cluster_role_bindings())
+    rbac.put({"kind": "RoleBinding", "metadata": {"name": "alice-edit", "namespace": "team"},
+              "roleRef": {"kind": "ClusterRole", "name": "edit"}, "subjects": [{"kind": "User", "name": "alice"}]})
     authz = build_authorizer(["Node", "RBAC"], rbac, NodeGraph())
 
     def authenticate(request: web.Request) -> Any:
@@ -163,16 +166,28 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
             return web.json_response({"kind": "Status", "code": 401}, status=401)
         return web.json_response(self_subject_review(user, 1_700_000_000.0), status=201)
 
+    async def body(request: web.Request) -> dict[str, Any]:
+        if request.content_type == CONTENT_TYPE:  # what kubectl sends
+            return decode(await request.read())
+        return dict(await request.json())
+
     async def ssar(request: web.Request) -> web.Response:
         user = authenticate(request)
         if user is None:
             return web.json_response({"kind": "Status", "code": 401}, status=401)
-        return web.json_response(self_subject_access_review(await request.json(), user, authz), status=201)
+        return web.json_response(self_subject_access_review(await body(request), user, authz), status=201)
+
+    async def ssrr(request: web.Request) -> web.Response:
+        user = authenticate(request)
+        if user is None:
+            return web.json_response({"kind": "Status", "code": 401}, status=401)
+        return web.json_response(self_subject_rules_review(await body(request), user, rbac), status=201)
 
     app = web.Application()
     app.router.add_get("/whoami", whoami)
     app.router.add_post("/apis/authentication.k8s.io/v1/selfsubjectreviews", selfsubjectreviews)
     app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", ssar)
+    app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", ssrr)
     runner = web.AppRunner(app)
     await runner.setup()
     ctx = server_ssl_context(pki.serving_cert_file, pki.serving_key_file, pki.client_ca_file)
@@ -277,6 +292,18 @@ async def test_kubectl_with_a_token_kubeconfig(served: Served, tmp_path: Path) -
     rc, out, err = await _kubectl(tmp_path, config, "auth", "whoami")
     assert rc == 0, err
     assert "alice" in out and "system:authenticated" in out
+    # kubectl posts the reviews as protobuf; the answers come from the authorizer chain
+    rc, out, err = await _kubectl(tmp_path, config, "auth", "can-i", "get", "/version")
+    assert (rc, out.strip()) == (0, "yes"), err
+    rc, out, err = await _kubectl(tmp_path, config, "auth", "can-i", "get", "/metrics")
+    assert (rc, out.strip()) == (1, "no"), err
+    rc, out, err = await _kubectl(tmp_path, config, "auth", "can-i", "create", "pods", "-n", "team")
+    assert (rc, out.strip().splitlines()[-1]) == (0, "yes"), err  # (a warning: this test server has no discovery)
+    rc, out, err = await _kubectl(tmp_path, config, "auth", "can-i", "create", "pods", "-n", "default")
+    assert (rc, out.strip().splitlines()[-1]) == (1, "no"), err
+    rc, out, err = await _kubectl(tmp_path, config, "auth", "can-i", "--list", "-n", "team")
+    assert rc == 0, err
+    assert "selfsubjectaccessreviews.authorization.k8s.io" in out and "pods/exec" in out
     bad = build_kubeconfig(f"https://127.0.0.1:{served.port}", served.pki.server_ca.cert_pem, user="x", token="nope")
     rc, out, err = await _kubectl(tmp_path, bad, "get", "--raw", "/whoami")
     assert rc != 0 and "You must be logged in to the server" in err

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nodeagent.cluster.auth.tokenfile import TokenFile, TokenFileError, parse_token_file
 from nodeagent.cluster.auth.user import UserInfo
@@ -72,3 +74,13 @@ def test_token_file_authenticates_and_keeps_no_plain_token_for_lookups(tmp_path)
 def test_unreadable_token_file_names_the_path(tmp_path) -> None:
     with pytest.raises(TokenFileError, match="cannot read token file .*missing.csv"):
         TokenFile.load(str(tmp_path / "missing.csv"))
+
+
+@given(st.text(alphabet=st.sampled_from('ab,"\n\r \t#\ufeff'), max_size=60))
+def test_any_text_parses_or_fails_clearly(text: str) -> None:
+    try:
+        entries, _ = parse_token_file(text, "/t.csv")
+    except TokenFileError as e:
+        assert str(e).startswith("/t.csv line ")
+        return
+    assert all(e.token and e.user.name for e in entries)

@@ -13,6 +13,7 @@ the certificates the server serves and trusts, and Secrets encrypted at rest.
     requestinfo     an HTTP request's authorization attributes (verb, group, resource, ...)
     attributes      the authorization attributes, decisions and the 401/403 Status bodies
     request         what a request offers to authenticate: headers and the verified peer cert
+    protobuf        the review kinds as kubectl posts them (Kubernetes protobuf), decoded to dicts
     pki             the CA, the serving certificate and client certificates on disk
     kubeconfig      a kubeconfig for kubectl (server, CA, token or client certificate)
     encryption      EncryptionConfiguration: Secrets encrypted at rest (aesgcm, secretbox)

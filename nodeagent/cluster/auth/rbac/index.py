@@ -337,15 +337,14 @@ class RBACIndex:
 
     def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) of an RBAC object; malformed ones are logged."""
+        meta = obj.get("metadata")
+        where: Mapping[str, Any] = meta if isinstance(meta, Mapping) else {}
         try:
             if event_type == "DELETED":
-                meta = obj.get("metadata") or {}
-                self.delete(str(obj.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name")))
+                self.delete(str(obj.get("kind")), str(where.get("namespace") or ""), str(where.get("name")))
             elif event_type in ("ADDED", "MODIFIED"):
                 self.put(obj)
         except FieldError as e:
-            meta = obj.get("metadata")
-            where = meta if isinstance(meta, Mapping) else {}
             log.warning("rbac_object_ignored", kind=obj.get("kind"), name=where.get("name"),
                         namespace=where.get("namespace"), error=str(e))
 
