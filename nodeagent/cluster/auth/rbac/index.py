@@ -392,6 +392,12 @@ class RBACIndex:
             return None
         return [r.to_api() for r in self._effective.get(name, ())]
 
+    def role_rules(self, kind: str, namespace: str, name: str) -> tuple[PolicyRule, ...] | None:
+        """The (aggregated) rules of a Role in `namespace` or of a ClusterRole; None if absent."""
+        if kind == "ClusterRole":
+            return self._effective.get(name)
+        return self._roles.get((namespace, name))
+
     def _role_rules(self, b: Binding) -> tuple[PolicyRule, ...] | str:
         if b.role_kind == "ClusterRole":
             rules = self._effective.get(b.role_name)
