@@ -3,6 +3,7 @@ the certificates the server serves and trusts, and Secrets encrypted at rest.
 
     reviews         SubjectAccessReview, SelfSubjectAccessReview, LocalSubjectAccessReview,
                     SelfSubjectRulesReview, SelfSubjectReview (`kubectl auth can-i`, `whoami`)
+    impersonation   kubectl --as: running as another user when allowed to impersonate it
     escalation      nobody grants through RBAC objects what they do not hold (escalate, bind)
     authenticator   the request authenticator chain (x509, token file, signed tokens, anonymous)
     authorizer      the authorizer chain (system:masters, Node, RBAC) and its protocol
