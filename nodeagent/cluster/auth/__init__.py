@@ -2,7 +2,9 @@
 the certificates the server serves and trusts, and Secrets encrypted at rest.
 
     reviews         SubjectAccessReview, SelfSubjectAccessReview, LocalSubjectAccessReview,
-                    SelfSubjectRulesReview, SelfSubjectReview (`kubectl auth can-i`, `whoami`)
+                    SelfSubjectRulesReview, SelfSubjectReview (`kubectl auth can-i`, `whoami`),
+                    TokenReview
+    tokenrequest    the TokenRequest API: service-account tokens, bound to a pod if asked
     impersonation   kubectl --as: running as another user when allowed to impersonate it
     escalation      nobody grants through RBAC objects what they do not hold (escalate, bind)
     authenticator   the request authenticator chain (x509, token file, signed tokens, anonymous)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodeagent.cluster.auth.attributes import Attributes, Verdict
+from nodeagent.cluster.auth.authenticator import Authenticator
 from nodeagent.cluster.auth.authorizer import Authorizer
 from nodeagent.cluster.auth.rbac.index import RBACIndex
+from nodeagent.cluster.auth.request import AuthnRequest
 from nodeagent.cluster.auth.user import UserInfo, frozen_extra, node_identity
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.timefmt import rfc3339
@@ -228,3 +230,33 @@ def self_subject_review(user: UserInfo, now: float) -> dict[str, Any]:
     """`kubectl auth whoami`."""
     return {"apiVersion": AUTHN_VERSION, "kind": "SelfSubjectReview",
             "metadata": {"creationTimestamp": rfc3339(now)}, "status": {"userInfo": user.to_api()}}
+
+
+def token_review(body: Mapping[str, Any], authenticator: Authenticator,
+                 api_audiences: Sequence[str] = ()) -> dict[str, Any]:
+    """TokenReview (authentication.k8s.io/v1): who a bearer token is, from the same chain that
+    authenticates requests (without the peer certificate and without anonymous access)."""
+    spec = _spec(body)
+    token = spec.get("token")
+    if not isinstance(token, str) or not token:
+        raise ValidationErrors([FieldError("spec.token", "Required value: token is required for TokenReview in "
+                                                         "authentication")])
+    wanted = spec.get("audiences") or []
+    if not isinstance(wanted, list) or not all(isinstance(a, str) for a in wanted):
+        raise ValidationErrors([FieldError("spec.audiences", invalid(wanted, "must be a list of strings"))])
+    if wanted and api_audiences and not set(wanted) & set(api_audiences):
+        status: dict[str, Any] = {"authenticated": False, "user": {},
+                                  "error": "token audiences are not valid for this server"}
+    else:
+        chain = Authenticator(authenticator.authenticators, None)
+        result = chain.authenticate(AuthnRequest(headers={"Authorization": f"Bearer {token}"}))
+        if result.user is None:
+            status = {"authenticated": False, "user": {}, "error": result.error}
+        else:
+            status = {"authenticated": True, "user": result.user.to_api(),
+                      "audiences": list(wanted) or list(api_audiences)}
+    out = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("status", "spec")}
+    out.update(apiVersion=AUTHN_VERSION, kind="TokenReview", spec={k: v for k, v in spec.items() if k != "token"})
+    out.setdefault("metadata", {})
+    out["status"] = status
+    return out
