@@ -1,3 +1,4 @@
 """RBAC (rbac.authorization.k8s.io/v1): rule matching (rules), the policy every cluster starts
-with (bootstrap), and the index over Roles, ClusterRoles and their bindings that answers
-`authorize` without rescanning every binding (index). Objects are the API's plain dicts."""
+with (bootstrap), the index over Roles, ClusterRoles and their bindings that answers `authorize`
+without rescanning every binding (index), and the kinds' defaulting and validation for the
+registry (validation). Objects are the API's plain dicts."""
