@@ -21,8 +21,10 @@ import yaml
 from aiohttp import web
 from cryptography import x509
 
+from nodeagent.cluster.auth.attributes import forbidden_status, unauthorized_status
 from nodeagent.cluster.auth.authenticator import Anonymous, Authenticator, BearerTokenAuthenticator
 from nodeagent.cluster.auth.authorizer import build_authorizer
+from nodeagent.cluster.auth.impersonation import ImpersonationError, impersonate
 from nodeagent.cluster.auth.kubeconfig import build_kubeconfig
 from nodeagent.cluster.auth.node import NodeGraph
 from nodeagent.cluster.auth.pki import (
@@ -39,6 +41,7 @@ from nodeagent.cluster.auth.protobuf import CONTENT_TYPE, decode
 from nodeagent.cluster.auth.rbac import bootstrap
 from nodeagent.cluster.auth.rbac.index import RBACIndex
 from nodeagent.cluster.auth.request import AuthnRequest, verified_peer_certificate
+from nodeagent.cluster.auth.requestinfo import request_attributes
 from nodeagent.cluster.auth.reviews import self_subject_access_review, self_subject_review, self_subject_rules_review
 from nodeagent.cluster.auth.tokenfile import TokenFile, parse_token_file
 from nodeagent.cluster.auth.x509 import X509Authenticator
@@ -183,11 +186,27 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
             return web.json_response({"kind": "Status", "code": 401}, status=401)
         return web.json_response(self_subject_rules_review(await body(request), user, rbac), status=201)
 
+    async def anything(request: web.Request) -> web.Response:
+        # the API server's order: authenticate, impersonate, attributes, authorize
+        user = authenticate(request)
+        if user is None:
+            return web.json_response(unauthorized_status(), status=401)
+        try:
+            user = impersonate(user, request.headers.items(), authz) or user
+        except ImpersonationError as e:
+            return web.json_response(e.body, status=e.code)
+        attrs = request_attributes(user, request.method, request.path, {k: request.query[k] for k in request.query})
+        decision = authz.authorize(attrs)
+        if not decision.allowed:
+            return web.json_response(forbidden_status(attrs, decision.reason), status=403)
+        return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success", "message": user.name})
+
     app = web.Application()
     app.router.add_get("/whoami", whoami)
     app.router.add_post("/apis/authentication.k8s.io/v1/selfsubjectreviews", selfsubjectreviews)
     app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", ssar)
     app.router.add_post("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", ssrr)
+    app.router.add_route("*", "/{tail:.*}", anything)
     runner = web.AppRunner(app)
     await runner.setup()
     ctx = server_ssl_context(pki.serving_cert_file, pki.serving_key_file, pki.client_ca_file)
@@ -307,6 +326,28 @@ async def test_kubectl_with_a_token_kubeconfig(served: Served, tmp_path: Path) -
     bad = build_kubeconfig(f"https://127.0.0.1:{served.port}", served.pki.server_ca.cert_pem, user="x", token="nope")
     rc, out, err = await _kubectl(tmp_path, bad, "get", "--raw", "/whoami")
     assert rc != 0 and "You must be logged in to the server" in err
+
+
+async def test_kubectl_sees_kube_apiservers_403_and_impersonation(served: Served, tmp_path: Path) -> None:
+    alice = build_kubeconfig(f"https://127.0.0.1:{served.port}", served.pki.server_ca.cert_pem, user="alice",
+                             token="tok-alice")
+    rc, out, err = await _kubectl(tmp_path, alice, "get", "--raw", "/api/v1/namespaces/team/pods")
+    assert rc == 0, err  # edit in team
+    rc, out, err = await _kubectl(tmp_path, alice, "get", "--raw", "/api/v1/namespaces/default/pods")
+    assert rc == 1
+    assert err.strip() == ('Error from server (Forbidden): pods is forbidden: User "alice" cannot list resource "pods" '
+                           'in API group "" in the namespace "default"')
+    rc, out, err = await _kubectl(tmp_path, alice, "get", "--raw", "/api/v1/nodes", "--as", "bob")
+    assert rc == 1
+    assert err.strip() == ('Error from server (Forbidden): users "bob" is forbidden: User "alice" cannot impersonate '
+                           'resource "users" in API group "" at the cluster scope')
+    admin = issue_client_certificate(served.pki.client_ca, "admin", ["system:masters"])
+    root = build_kubeconfig(f"https://127.0.0.1:{served.port}", served.pki.server_ca.cert_pem, user="admin",
+                            client_cert_pem=admin.cert_pem, client_key_pem=admin.key_pem)
+    rc, out, err = await _kubectl(tmp_path, root, "get", "--raw", "/api/v1/nodes", "--as", "bob")
+    assert rc == 1 and 'User "bob" cannot list resource "nodes"' in err  # root may be bob; bob may not list nodes
+    rc, out, err = await _kubectl(tmp_path, root, "get", "--raw", "/api/v1/namespaces/team/pods", "--as", "alice")
+    assert rc == 0 and json.loads(out)["message"] == "alice", err
 
 
 def test_kubeconfig_shape() -> None:
