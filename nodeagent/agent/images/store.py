@@ -16,6 +16,7 @@ Blobs are checked against their digests whenever they are read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from nodeagent.agent.images.digest import blob_path, read_verified
-from nodeagent.agent.images.errors import DigestMismatch, InUse, NotPresent, PullFailed
+from nodeagent.agent.images.errors import BadLayer, DigestMismatch, InUse, NotPresent, PullFailed
 from nodeagent.agent.images.records import (
     INDEX_TYPES,
     ImageRecord,
@@ -270,6 +271,12 @@ class ImageStore:
             shutil.rmtree(work, ignore_errors=True)
             if e.filename == blob_path(self.blobs, digest):
                 raise PullFailed(f"layer {digest} is missing from the blob store") from None
+            raise
+        except (DigestMismatch, BadLayer):
+            shutil.rmtree(work, ignore_errors=True)
+            # a damaged blob would be reused by every later pull, a hostile one is of no use: drop it
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(blob_path(self.blobs, digest))
             raise
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
