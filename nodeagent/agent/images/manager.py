@@ -242,6 +242,10 @@ class ImageManager:
         async with self._lock:
             return await asyncio.to_thread(self.store.release, holder)
 
+    def holders(self, image_id: str) -> list[str]:
+        """Who holds a lease on the image."""
+        return self.store.holders(image_id)
+
     def lowerdirs(self, record: ImageRecord) -> list[str]:
         return self.store.lowerdirs(record)
 
