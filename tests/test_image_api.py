@@ -48,7 +48,8 @@ class FakeImages:
             raise self.fail
         return record(image)
 
-    async def import_image(self, path: str, fmt: str, tag: str | None = None) -> ImageRecord:
+    async def import_image(self, path: str, fmt: str, tag: str | None = None,
+                           ref_name: str | None = None) -> ImageRecord:
         if fmt not in ("oci", "docker-archive"):
             from nodeagent.core.errors import FieldError
             raise FieldError("format", "Unsupported value")

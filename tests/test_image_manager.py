@@ -337,7 +337,7 @@ async def test_import_oci_layout(env: Any) -> None:
     await env.manager.start()
     layout = str(env.tmp / "airgap")
     built = write_layout(layout, [layer("a")], ref_name="v1")
-    record = await env.manager.import_image(layout, "oci", "example.com/team/app:v1")
+    record = await env.manager.import_image(layout, "oci", "example.com/team/app:v1", "v1")
     assert record.id == built.config_digest
     assert record.repo_tags == ("example.com/team/app:v1",)
     assert record.repo_digests == (f"example.com/team/app@{built.manifest_digest}",)

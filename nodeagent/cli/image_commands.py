@@ -94,7 +94,8 @@ def cmd_import(args: argparse.Namespace, client: Client) -> int:
     """Import an OCI layout directory or a docker-archive tarball on this node."""
     path = os.path.abspath(args.path)
     fmt = args.format or ("oci" if os.path.isdir(path) else "docker-archive")
-    image = _image(client, "POST", "/api/v1/images/import", {"path": path, "format": fmt, "tag": args.tag})
+    image = _image(client, "POST", "/api/v1/images/import",
+                   {"path": path, "format": fmt, "tag": args.tag, "ref": args.ref})
     name = (image.get("repoTags") or image.get("repoDigests") or ["<none>"])[0]
     _write(f"{render.clean(name)}: {short_id(image.get('id'))} {render.human_bytes(int(image.get('size') or 0))}\n")
     return 0
@@ -156,7 +157,8 @@ def add_image(sub: SubParsers) -> None:
                                        "directory or a docker-archive tarball (`docker save`).")
     imp.add_argument("path", metavar="PATH")
     imp.add_argument("--format", choices=("oci", "docker-archive"), help="default: oci for a directory")
-    imp.add_argument("--tag", metavar="REF", help="name the image (and pick it in a layout holding several)")
+    imp.add_argument("--tag", metavar="REF", help="name the image")
+    imp.add_argument("--ref", metavar="NAME", help="the image to take from a layout or archive holding several")
     imp.set_defaults(func=_runs(cmd_import))
     ls = verbs.add_parser("ls", help="list images", parents=[_connection_options()], description="The node's images.")
     ls.add_argument("-o", "--output", choices=("json", "yaml"), help="output format")

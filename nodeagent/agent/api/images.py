@@ -3,7 +3,8 @@
     GET    /api/v1/images                 ImageList (id, repoTags, repoDigests, size, lastUsed, inUseBy ...)
     GET    /api/v1/images/pulls           pulls in flight: image, phase, bytesDone/bytesTotal, seconds
     POST   /api/v1/images/pull            {"image": REF, "policy": "Always"|"IfNotPresent"|"Never"} -> 201 Image
-    POST   /api/v1/images/import          {"path": ABS, "format": "oci"|"docker-archive", "tag": REF} -> 201 Image
+    POST   /api/v1/images/import          {"path": ABS, "format": "oci"|"docker-archive", "tag": REF,
+                                           "ref": NAME (picks one image of a layout holding several)} -> 201 Image
     POST   /api/v1/images/gc              one image GC pass now -> 200 {removed, bytesFreed, bytesToFree}
     GET    /api/v1/images/{name}          one image by reference or id (prefix)
     DELETE /api/v1/images/{name}          remove it -> 200 Image | 404 | 409 (in use)
@@ -41,7 +42,8 @@ class ImageBackend(Protocol):
 
     async def pull(self, image: str, policy: str = "Always", *, field_path: str = "image") -> ImageRecord: ...
 
-    async def import_image(self, path: str, fmt: str, tag: str | None = None) -> ImageRecord: ...
+    async def import_image(self, path: str, fmt: str, tag: str | None = None,
+                           ref_name: str | None = None) -> ImageRecord: ...
 
     async def remove(self, text: str) -> ImageRecord: ...
 
@@ -128,9 +130,10 @@ async def import_image(request: web.Request) -> web.Response:
     path = _string(data, "path")
     fmt = _string(data, "format", required=False) or "oci"
     tag = _string(data, "tag", required=False)
+    ref_name = _string(data, "ref", required=False)
     assert path is not None
     try:
-        record = await _backend(request).import_image(path, fmt, tag)
+        record = await _backend(request).import_image(path, fmt, tag, ref_name)
     except FieldError as e:
         raise _invalid(e) from None
     except E.ImageError as e:

@@ -110,7 +110,7 @@ def _registry_host(value: str) -> str:
 class RegistryConfig(BaseModel):
     """How the agent reaches one image registry (nodeagent's own key; images/credentials.py)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
     insecure: bool = False  # plain HTTP or unverified TLS (loopback registries are allowed it anyway)
     username: str | None = None

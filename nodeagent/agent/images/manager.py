@@ -99,7 +99,7 @@ class GCResult:
 class ImageManager:
     def __init__(self, store: ImageStore, fetcher: Fetcher, events: EventRecorder, clock: Clock, *,
                  registries: Mapping[str, RegistryConfig] | None = None, gc_policy: GCPolicy | None = None,
-                 reserve_bytes: int = 0, progress_timeout: float = 300.0,
+                 reserve_bytes: int = 0, progress_timeout: float = 300.0, inspect_timeout: float = INSPECT_TIMEOUT_S,
                  platform: tuple[str, str] | None = None) -> None:
         self.store = store
         self.fetcher = fetcher
@@ -109,6 +109,7 @@ class ImageManager:
         self.gc_policy = gc_policy or GCPolicy()
         self.reserve_bytes = reserve_bytes
         self.progress_timeout = progress_timeout
+        self.inspect_timeout = inspect_timeout
         self.platform = platform or node_platform()
         self.backoff = PullBackoff(clock)
         self._last_error: dict[str, E.ImageError] = {}
@@ -195,20 +196,21 @@ class ImageManager:
                            **node)
         return record
 
-    async def import_image(self, path: str, fmt: str, tag: str | None = None) -> ImageRecord:
+    async def import_image(self, path: str, fmt: str, tag: str | None = None,
+                           ref_name: str | None = None) -> ImageRecord:
         """Import an OCI layout directory (`oci`) or a docker-archive tarball (`docker-archive`).
 
-        `tag` names the image (a reference, normalized); for an OCI layout it also selects the
-        image by its `org.opencontainers.image.ref.name` when the layout holds several.
+        `tag` names the image (a reference, normalized). `ref_name` picks the image of a layout
+        that holds several (its `org.opencontainers.image.ref.name`), or of a multi-image archive.
         """
         if fmt not in ("oci", "docker-archive"):
             raise FieldError("format", f'Unsupported value: "{fmt}": supported values: "oci", "docker-archive"')
         if not os.path.isabs(path):
             raise FieldError("path", f"must be an absolute path on the node, got {path!r}")
         ref = parse_reference(tag, "tag") if tag else None
-        source = f"{fmt}:{path}"
-        if fmt == "oci" and tag and ":" in tag.rsplit("/", 1)[-1]:
-            source += ":" + tag.rsplit(":", 1)[1]  # the layout's ref.name is usually the bare tag
+        if ref_name is not None and (not ref_name or any(c in ref_name for c in ":\0\n")):
+            raise FieldError("ref", f"Invalid value: {ref_name!r}: a layout reference name has no ':'")
+        source = f"{fmt}:{path}" + (f":{ref_name}" if ref_name else "")
         record, _ = await self._fetch_and_commit(source, None, ref, [ref.tagged] if ref and ref.tagged else [],
                                                  [], label=path, repo_digest_of_layout=fmt == "oci")
         log.info("image_imported", path=path, format=fmt, image=record.id, tags=list(record.repo_tags))
@@ -328,7 +330,7 @@ class ImageManager:
         token = f"pull-{id(progress)}"
         self._progress[token] = progress
         try:
-            raw = await self.fetcher.inspect_raw(f"docker://{ref}", access, INSPECT_TIMEOUT_S)
+            raw = await self.fetcher.inspect_raw(f"docker://{ref}", access, self.inspect_timeout)
             listed = f"sha256:{hashlib.sha256(raw).hexdigest()}"
             digests = [ref.with_digest(listed)]
             manifest_digest = listed
@@ -339,7 +341,7 @@ class ImageManager:
             if entries is not None:
                 manifest_digest = select_platform(entries, *self.platform).digest
                 raw = await self.fetcher.inspect_raw(f"docker://{ref.with_digest(manifest_digest)}", access,
-                                                     INSPECT_TIMEOUT_S)
+                                                     self.inspect_timeout)
                 digests.append(ref.with_digest(manifest_digest))
             # the tag may already point at an image we have (Always on an unchanged tag): no download
             have = self.store.find(ImageRef(ref.registry, ref.repository, None, manifest_digest)) or \

@@ -54,7 +54,8 @@ _ERRORS: tuple[tuple[re.Pattern[str], type[PullFailed]], ...] = tuple(
         (r"no space left on device|disk quota exceeded", NoSpace),
         (r"unauthorized|authentication required|denied|401 unauthorized|403 forbidden|invalid username/password",
          Unauthorized),
-        (r"manifest unknown|name unknown|not found|no such file or directory|does not exist|no such image"
+        (r"manifest unknown|name unknown|not found|no descriptor found|no such file or directory|does not exist"
+         r"|no such image"
          r"|blob unknown|no image found", ImageNotFound),
         (r"timeout|timed out|deadline exceeded|connection refused|no such host|network is unreachable|tls:|x509:"
          r"|server gave http response|connection reset|EOF|no route to host|pinging container registry",
@@ -133,11 +134,13 @@ class Skopeo:
 
     @staticmethod
     def _source_args(prefix: str, access: Access | None, auth_path: str) -> list[str]:
+        """`copy` names them --src-*, `inspect` without a prefix."""
         if access is None:
             return []
-        args = [f"--{prefix}-tls-verify={'true' if access.tls_verify else 'false'}", f"--{prefix}-authfile", auth_path]
+        p = f"{prefix}-" if prefix else ""
+        args = [f"--{p}tls-verify={'true' if access.tls_verify else 'false'}", f"--{p}authfile", auth_path]
         if access.cert_dir:
-            args += [f"--{prefix}-cert-dir", access.cert_dir]
+            args += [f"--{p}cert-dir", access.cert_dir]
         return args
 
     async def _run(self, argv: Sequence[str], env: dict[str, str], seconds: float | None,
@@ -170,7 +173,7 @@ class Skopeo:
     async def inspect_raw(self, source: str, access: Access | None, seconds: float) -> bytes:
         async with self._private(access) as (args, env):
             argv = [*args, "inspect", "--raw", "--retry-times", str(self.retry_times),
-                    *self._source_args("src", access, env["REGISTRY_AUTH_FILE"]), source]
+                    *self._source_args("", access, env["REGISTRY_AUTH_FILE"]), source]
             return await self._run(argv, env, seconds)
 
     async def copy(self, source: str, layout: str, blobs: str, access: Access | None,
