@@ -24,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -50,7 +51,11 @@ def free_port() -> int:
 
 
 def run(*argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, **kw)
+    # skopeo stages big blobs in /var/tmp unless told (--tmpdir): read-only in the UML guest
+    if argv[0] == "skopeo":
+        argv = ("skopeo", "--tmpdir", tempfile.gettempdir(), *argv[1:])
+    env = {**os.environ, "TMPDIR": tempfile.gettempdir()}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, **kw)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
     return p

@@ -21,7 +21,7 @@ from nodeagent.cli import render
 from nodeagent.cli.client import AgentError, Client
 from nodeagent.cli.client_commands import SubParsers, _connection_options, _dump, _items, _runs, _write
 
-PROGRESS_INTERVAL = 0.5
+PROGRESS_INTERVAL = 0.2
 
 
 def _image(client: Client, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
