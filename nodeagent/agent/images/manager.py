@@ -27,17 +27,17 @@ from typing import Any
 
 import structlog
 
-from nodeagent.agent.config.settings import RegistryConfig
+from nodeagent.agent.config.settings import Config, RegistryConfig
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images import errors as E
 from nodeagent.agent.images.backoff import PullBackoff, backoff_key
 from nodeagent.agent.images.credentials import Access, Credential, access_for
-from nodeagent.agent.images.gc import GCPlan, GCPolicy, ImageUsage, plan_gc, plan_reclaim
+from nodeagent.agent.images.gc import GC_PERIOD_S, GCPlan, GCPolicy, ImageUsage, plan_gc, plan_reclaim
 from nodeagent.agent.images.listing import node_images
 from nodeagent.agent.images.policy import Decision, decide, resolve_pull_policy
 from nodeagent.agent.images.records import INDEX_TYPES, ImageRecord, parse_index, parse_manifest, select_platform
 from nodeagent.agent.images.reference import ImageRef, parse_reference
-from nodeagent.agent.images.skopeo import Fetcher
+from nodeagent.agent.images.skopeo import Fetcher, Skopeo
 from nodeagent.agent.images.store import ImageStore, Prepared
 from nodeagent.agent.images.unpack import statvfs_space
 from nodeagent.core.clock import Clock
@@ -287,6 +287,16 @@ class ImageManager:
                                kind="Node", name=self.events.node_name)
         return result
 
+    async def gc_loop(self, period: float = GC_PERIOD_S) -> None:
+        """garbage_collect() every `period` (the kubelet's 5 min), for the daemon to run as a task;
+        a failed pass is logged and the next one comes."""
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.garbage_collect()
+            except OSError as e:
+                log.warning("image_gc_failed", error=str(e))
+
     async def reclaim(self, bytes_needed: int) -> int:
         """Free at least `bytes_needed` on imagefs by removing unused images, least recently used
         first (the eviction manager's call before it evicts pods); the bytes freed."""
@@ -433,6 +443,25 @@ class ImageManager:
                 copy.cancel()
 
 
+def manager_from_config(config: Config, events: EventRecorder, clock: Clock) -> ImageManager:
+    """The ImageManager a daemon runs: the store under `<imagefsPath>/images`, skopeo, the config's
+    registries and GC keys, and the imagefs.available hard threshold kept free by every unpack."""
+    root = os.path.join(config.imagefs_path or config.nodefs_path or config.state_dir, "images")
+    store = ImageStore(root, clock)
+    reserve = 0
+    try:
+        st = os.statvfs(os.path.dirname(root))
+        capacity = st.f_blocks * st.f_frsize
+        reserve = max((t.value_for(capacity) for t in config.hard_thresholds if t.signal == "imagefs.available"),
+                      default=0)
+    except OSError:
+        pass
+    policy = GCPolicy(config.image_gc_high_threshold_percent, config.image_gc_low_threshold_percent,
+                      config.image_minimum_gc_age, config.image_maximum_gc_age)
+    return ImageManager(store, Skopeo(workdir=store.tmp), events, clock, registries=config.image_registries,
+                        gc_policy=policy, reserve_bytes=reserve, progress_timeout=config.image_pull_progress_timeout)
+
+
 class BackOffError(E.ImageError):
     """A pull not tried because the back-off of the last failure runs (state ImagePullBackOff)."""
 
@@ -469,4 +498,4 @@ def _bytes_done(progress: Progress, blobs: str) -> int:
     return total
 
 
-__all__ = ["BackOffError", "GCResult", "ImageManager", "PodRef", "Progress", "node_platform"]
+__all__ = ["BackOffError", "GCResult", "ImageManager", "PodRef", "Progress", "manager_from_config", "node_platform"]
