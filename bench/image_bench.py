@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration" / "images"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "integration"))
 
-from tools import BIG_MB, Registry, build_images, missing_tools
+from images.image_tools import BIG_MB, Registry, build_images, missing_tools
 
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images.manager import ImageManager

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools import BuiltImages, Registry, build_images, missing_tools
 
+from images.image_tools import BuiltImages, Registry, build_images, missing_tools
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images.gc import GCPolicy
 from nodeagent.agent.images.manager import ImageManager

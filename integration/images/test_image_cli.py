@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from conftest import Env
-from tools import BuiltImages
 
+from images.conftest import Env
+from images.image_tools import BuiltImages
 from nodeagent.agent.api.app import create_app
 from nodeagent.agent.api.images import add_image_routes
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tools import BuiltImages, layout_with_layers
 
+from images.image_tools import BuiltImages, layout_with_layers
 from nodeagent.agent.config.settings import RegistryConfig
 from nodeagent.agent.images import errors as E
 from nodeagent.agent.images.gc import GCPolicy
@@ -319,7 +319,7 @@ async def test_a_registry_that_times_out(make_env: Any, black_hole: int) -> None
 
 async def test_a_registry_that_lies_about_a_blob(make_env: Any, images: BuiltImages, tmp_path: Path,
                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
-    from tools import Registry
+    from images.image_tools import Registry
 
     reg = Registry(tmp_path / "liar").start()
     try:
@@ -373,7 +373,7 @@ async def test_a_layer_that_is_not_a_tar(make_env: Any, registry: Any, tmp_path:
 PULLER = """
 import asyncio, sys
 sys.path.insert(0, {here!r})
-from conftest import Env
+from images.conftest import Env
 from pathlib import Path
 async def main():
     env = Env(Path({root!r}))
@@ -388,7 +388,7 @@ async def test_sigkill_mid_pull_leaves_nothing_that_looks_like_an_image(make_env
     root = tmp_path / "crash"
     root.mkdir()
     image = f"{registry.host}/test/big:1"
-    code = PULLER.format(here=str(HERE), root=str(root), image=image)
+    code = PULLER.format(here=str(HERE.parent), root=str(root), image=image)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     tmp = root / "imagefs/images/tmp"
     layers = root / "imagefs/images/layers/sha256"

@@ -310,9 +310,8 @@ class ImageManager:
         return node_images(self.store.records())
 
     def progress(self) -> list[dict[str, Any]]:
+        """Pulls in flight; bytesDone as the watcher last measured it (every PROGRESS_POLL_S)."""
         now = self.clock.now()
-        for p in self._progress.values():
-            p.done = max(p.done, _bytes_done(p, self.store.blobs))
         return [p.to_dict(now) for p in self._progress.values()]
 
     # ---- pulling ----

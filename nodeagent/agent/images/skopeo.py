@@ -109,28 +109,33 @@ class Skopeo:
         found: str | None = shutil.which(self.binary)
         return found
 
-    @contextlib.asynccontextmanager
-    async def _private(self, access: Access | None) -> AsyncIterator[tuple[list[str], dict[str, str]]]:
-        """Global args and environment of one call, with its auth file; all removed afterwards."""
+    def _make_private(self, access: Access | None) -> tuple[str, list[str], dict[str, str]]:
         d = os.path.join(self.workdir, f"skopeo-{secrets.token_hex(6)}")
         os.makedirs(d, mode=0o700)
+        policy = os.path.join(d, "policy.json")
+        registries = os.path.join(d, "registries.conf")
+        auth = os.path.join(d, "auth.json")
+        for path, data in ((policy, POLICY), (registries, b""),
+                           (auth, auth_file(access) if access else b'{"auths": {}}')):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": d,
+               "XDG_RUNTIME_DIR": d, "CONTAINERS_REGISTRIES_CONF": registries, "REGISTRY_AUTH_FILE": auth,
+               "TMPDIR": d}
+        args = [self.binary, "--policy", policy, "--override-os", self.os_name,
+                "--override-arch", self.architecture, "--tmpdir", d]
+        return d, args, env
+
+    @contextlib.asynccontextmanager
+    async def _private(self, access: Access | None) -> AsyncIterator[tuple[list[str], dict[str, str]]]:
+        """Global args and environment of one call, with its auth file; all removed afterwards
+        (made and removed in a thread: nothing blocks the event loop)."""
+        d, args, env = await asyncio.to_thread(self._make_private, access)
         try:
-            policy = os.path.join(d, "policy.json")
-            registries = os.path.join(d, "registries.conf")
-            auth = os.path.join(d, "auth.json")
-            for path, data in ((policy, POLICY), (registries, b""),
-                               (auth, auth_file(access) if access else b'{"auths": {}}')):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-            env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": d,
-                   "XDG_RUNTIME_DIR": d, "CONTAINERS_REGISTRIES_CONF": registries, "REGISTRY_AUTH_FILE": auth,
-                   "TMPDIR": d}
-            args = [self.binary, "--policy", policy, "--override-os", self.os_name,
-                    "--override-arch", self.architecture, "--tmpdir", d]
             yield args, env
         finally:
-            shutil.rmtree(d, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, d, True)
 
     @staticmethod
     def _source_args(prefix: str, access: Access | None, auth_path: str) -> list[str]:
