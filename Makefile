@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler install-systemd clean
+.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -43,10 +43,14 @@ endif
 unit: install
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
+## The image tests need Debian's runc, crun, skopeo, umoci, docker-registry and busybox-static:
+## install-tools.sh installs the missing ones (the UML guest sees the host's / and so the same tools).
 integration: install
+	integration/images/install-tools.sh
 	$(BIN)/pytest integration $(PYTEST_IT)
 
 integration-v2: install
+	integration/images/install-tools.sh
 	integration/run-in-uml.sh $(BIN)/pytest integration $(PYTEST_IT)
 
 ## The integration suite in a container with a private cgroup namespace (docker run --privileged
@@ -55,7 +59,7 @@ integration-v2: install
 integration-container:
 	integration/container/run.sh
 
-bench: bench-agent bench-scheduler
+bench: bench-agent bench-scheduler bench-images
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
 bench-agent: install
@@ -65,6 +69,11 @@ bench-agent: install
 
 bench-scheduler: install
 	$(BIN)/python bench/scheduler_bench.py
+
+## Pull of a ~50 MB image from a local registry, the agent against `skopeo copy` (as root).
+bench-images: install
+	integration/images/install-tools.sh
+	$(BIN)/python bench/image_bench.py
 
 PREFIX  ?= /usr/local
 UNITDIR ?= /etc/systemd/system

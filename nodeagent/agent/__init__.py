@@ -8,6 +8,7 @@ keeps each importing only the ones below it:
     pods/       act: admission, pod workers, checkpoints, the pod side of eviction
     eviction/   act over observe/decide: the eviction loop, its wake-ups and pure decisions
     runtime/    act: spawning and supervising container processes, their logs and states
+    images/     act: image references, pulls (skopeo), the layer store on imagefs, image GC
     node/       observe/decide: capacity, allocatable, node status, static pod files, /proc
     cgroups/    observe/act: the cgroup v1 and v2 drivers and the pure kubepods layout
     config/     the config file, its eviction thresholds and reload planning

@@ -101,6 +101,23 @@ def _unix_socket_path(value: str | None) -> str | None:
     return value
 
 
+def _registry_host(value: str) -> str:
+    if not value or "/" in value or any(c.isspace() for c in value) or value != value.lower():
+        raise ValueError(f'"{value}" must be a registry host[:port] in lower case, without scheme or path')
+    return value
+
+
+class RegistryConfig(BaseModel):
+    """How the agent reaches one image registry (nodeagent's own key; images/credentials.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+    insecure: bool = False  # plain HTTP or unverified TLS (loopback registries are allowed it anyway)
+    username: str | None = None
+    password_file: AbsolutePath | None = None
+    cert_dir: AbsolutePath | None = None
+
+
 class Config(BaseModel):
     """The effective configuration. snake_case attributes, camelCase YAML keys."""
 
@@ -145,6 +162,15 @@ class Config(BaseModel):
     scheduler_url: Annotated[str | None, AfterValidator(_http_url)] = Field(default=None, alias="schedulerURL")
     scheduler_token_file: AbsolutePath | None = None
     node_status_update_frequency: Annotated[GoDuration, AfterValidator(positive_duration)] = 10.0
+    # Images (nodeagent/agent/images): the kubelet's image GC keys, then nodeagent's own.
+    image_gc_high_threshold_percent: int = Field(default=85, ge=0, le=100, alias="imageGCHighThresholdPercent")
+    image_gc_low_threshold_percent: int = Field(default=80, ge=0, le=100, alias="imageGCLowThresholdPercent")
+    image_minimum_gc_age: Annotated[GoDuration, AfterValidator(non_negative_duration)] = Field(
+        default=120.0, alias="imageMinimumGCAge")
+    image_maximum_gc_age: Annotated[GoDuration, AfterValidator(non_negative_duration)] = Field(
+        default=0.0, alias="imageMaximumGCAge")
+    image_registries: dict[Annotated[str, AfterValidator(_registry_host)], RegistryConfig] = Field(default_factory=dict)
+    image_pull_progress_timeout: Annotated[GoDuration, AfterValidator(positive_duration)] = 300.0
 
     @field_validator("api_version")
     @classmethod
@@ -260,6 +286,16 @@ def _cross_checks(config: Config) -> list[FieldError]:
     if (config.tls_cert_file is None) != (config.tls_private_key_file is None):
         missing = "tlsPrivateKeyFile" if config.tls_private_key_file is None else "tlsCertFile"
         errors.append(FieldError(missing, "tlsCertFile and tlsPrivateKeyFile must be set together"))
+    low, high = config.image_gc_low_threshold_percent, config.image_gc_high_threshold_percent
+    if low >= high:
+        errors.append(FieldError("imageGCLowThresholdPercent",
+                                 f"{low} must be less than imageGCHighThresholdPercent {high}"))
+    if config.image_maximum_gc_age and config.image_maximum_gc_age <= config.image_minimum_gc_age:
+        errors.append(FieldError("imageMaximumGCAge", f"{config.image_maximum_gc_age}s must be greater than "
+                                                      f"imageMinimumGCAge {config.image_minimum_gc_age}s"))
+    for host, registry in config.image_registries.items():
+        if registry.password_file and not registry.username:
+            errors.append(FieldError(f"imageRegistries.{host}.passwordFile", "needs username"))
     auth = config.authentication
     if isinstance(auth, AuthenticationConfig) and auth.client_ca_file and config.tls_cert_file is None:
         errors.append(FieldError("authentication.clientCAFile",
