@@ -76,6 +76,12 @@ def rows_of(batches: Iterable[tuple[Event, ...]]) -> list[Row]:
     return rows
 
 
+def describe_failure(e: BaseException) -> tuple[str, bool]:
+    """A failed write's message, and whether the log is still as before it and writable (a full
+    disk, an I/O error: SQLite rolled the transaction back) rather than unusable (corruption)."""
+    return f"{type(e).__name__}: {e}", isinstance(e, sqlite3.OperationalError | OSError)
+
+
 def _connect(path: str) -> sqlite3.Connection:
     # autocommit mode: transactions are explicit (BEGIN IMMEDIATE ... COMMIT) or one statement
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

@@ -19,8 +19,18 @@ the writer process gone) makes the store refuse every later write, with the firs
 A read-only transaction returns at once unless transactions are waiting to commit; then it was
 evaluated on top of them and returns when they are durable (readers never see a write that is not).
 
-Thread or process for the writes (committer.py): measured with bench/storage_bench.py on this
-2-core machine, see the report in the commit that chose; the thread is the default.
+Thread or process for the writes (committer.py): the process is the default. Measured with
+bench/storage_bench.py on the 2-core development machine (shared: load average 4-5 during the
+runs, so the figures scatter by 2x between runs; the ones below are single runs):
+- 16 writers, nothing else on the loop: a tie. 7128 vs 5893 txns/s in one run, 2498 vs 3060 in
+  another (thread vs process), 16 txns per commit, the same CPU per txn (loop thread 34-38 us,
+  all threads and processes 78-85 us).
+- A CPU-bound task on the loop (1 ms slices, as request handlers) beside writers paced at 2000
+  txns/s: the thread writer must take the GIL back from the busy loop thread several times per
+  commit and waits up to the 5 ms switch interval each time. Cleanest run: thread 160 txns/s,
+  p99 556 ms; process 1493 txns/s, p99 21 ms. Other runs scatter both ways with the neighbours'
+  load, but the mechanism only hurts the thread, and an API server's loop is that busy at the
+  targets. The process costs its own interpreter (RSS) and a pipe hop per commit.
 
 Compaction: `compact(R)` forgets revisions <= R in memory at once (reads and watches below raise
 Compacted) and deletes the log rows behind, in chunks of COMPACT_CHUNK revisions, one chunk after
@@ -116,8 +126,10 @@ class SqliteStore:
 
     @classmethod
     async def open(cls, path: str, *, history_size: int = HISTORY_SIZE,
-                   writer: Literal["thread", "process"] = "thread", lock_timeout: float = 30.0) -> SqliteStore:
+                   writer: Literal["thread", "process"] = "process", lock_timeout: float = 30.0) -> SqliteStore:
         """Open (or create) the store at `path`: take its lock, rebuild memory from the log."""
+        if writer not in ("thread", "process"):
+            raise ValueError(f"writer: must be thread or process, got {writer!r}")
         if history_size < 1:
             raise ValueError(f"history_size: must be >= 1, got {history_size}")
         lock_fd = await asyncio.to_thread(logdb.lock, path, lock_timeout)
