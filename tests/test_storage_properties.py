@@ -112,7 +112,7 @@ async def check(store: Store, plan: list) -> None:
         want = [model.txn(*t) for t in step]
         assert list(got) == want
     assert (store.revision, store.compacted_revision) == (model.revision, compacted)
-    for rev in range(0, model.revision + 1):
+    for rev in range(model.revision + 1):
         if 0 < rev < compacted:
             with pytest.raises(Compacted):
                 await store.range("", revision=rev)
