@@ -4,6 +4,7 @@ failed commit takes with it. A gate around the real committer holds or fails cho
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from storage_backends import nothing_more, take
 
+from nodeagent.cluster.storage import logdb
 from nodeagent.cluster.storage.committer import Committer, WriteFailed
 from nodeagent.cluster.storage.interface import Compare, Get, Put, StoreError
 from nodeagent.cluster.storage.logdb import Row
@@ -156,3 +158,29 @@ async def test_a_cancelled_caller_does_not_undo_its_txn(gated: tuple[SqliteStore
     await gate.release()
     await asyncio.sleep(0.01)  # the commit's callback publishes it
     assert (await store.get("/a"))[0] is not None  # like etcd: a cancelled request may have committed
+
+
+def test_the_log_is_wal_with_synchronous_full_and_private(tmp_path: Path) -> None:
+    """What makes a returned txn survive power loss, not only SIGKILL: each commit fsyncs the WAL."""
+    path = str(tmp_path / "d" / "s.db")
+    fd = logdb.lock(path, 0)
+    logdb.load(path)
+    writer = logdb.LogWriter(path)
+    try:
+        assert writer._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert writer._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        writer.close()
+        os.close(fd)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+
+
+async def test_a_second_store_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = await SqliteStore.open(path)
+    try:
+        with pytest.raises(StoreError, match="another store holds"):
+            await SqliteStore.open(path, lock_timeout=0.1)
+    finally:
+        await store.close()

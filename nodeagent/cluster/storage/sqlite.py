@@ -280,7 +280,7 @@ class SqliteStore:
 
     async def compact(self, revision: int) -> None:
         """Forget revisions <= `revision` (Compacted if already, FutureRevision if not yet written)."""
-        self._mvcc.check_open()
+        self._check_writable()
         self._mvcc.compact(revision)
         self._compact_target = revision
         self._schedule()
