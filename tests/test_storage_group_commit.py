@@ -184,3 +184,12 @@ async def test_a_second_store_on_the_same_file_is_refused(tmp_path: Path) -> Non
             await SqliteStore.open(path, lock_timeout=0.1)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_a_file_that_is_no_log_is_a_clear_error_and_leaves_nothing_held(tmp_path: Path, writer: str) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database" * 100)
+    for _ in range(2):  # the second time the lock is free again: the same error, not "another store"
+        with pytest.raises(StoreError, match="cannot open the store: file is not a database"):
+            await SqliteStore.open(str(path), writer=writer)  # type: ignore[arg-type]

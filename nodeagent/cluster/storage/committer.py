@@ -124,7 +124,11 @@ class ProcessCommitter:
             _ChildProtocol, sys.executable, "-m", "nodeagent.cluster.storage.writer_process", path,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, pass_fds=(lock_fd,))
         self = cls(transport, protocol)
-        await self._send("ready")  # the child opened the log (or says why not)
+        try:
+            await self._send("ready")  # the child opened the log (or says why not)
+        except BaseException:
+            transport.close()  # kills the child if it still runs
+            raise
         return self
 
     def _send(self, op: str, *args: Any) -> asyncio.Future[Any]:

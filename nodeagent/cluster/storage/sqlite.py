@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
@@ -133,13 +134,17 @@ class SqliteStore:
         if history_size < 1:
             raise ValueError(f"history_size: must be >= 1, got {history_size}")
         lock_fd = await asyncio.to_thread(logdb.lock, path, lock_timeout)
+        committer: Committer | None = None
         try:
             snapshot = await asyncio.to_thread(logdb.load, path)
-            committer: Committer = await (ThreadCommitter if writer == "thread" else ProcessCommitter).start(
-                path, lock_fd)
+            committer = await (ThreadCommitter if writer == "thread" else ProcessCommitter).start(path, lock_fd)
             older = _Older(await asyncio.to_thread(logdb.LogReader, path))
-        except BaseException:
+        except BaseException as e:
+            if committer is not None:
+                await committer.close()
             os.close(lock_fd)
+            if isinstance(e, sqlite3.Error | OSError):
+                raise StoreError(f"{path}: cannot open the store: {e}") from e
             raise
         log.info("store_opened", path=path, revision=snapshot.revision, compacted=snapshot.compacted,
                  keys=len(snapshot.kvs), writer=writer)
