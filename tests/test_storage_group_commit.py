@@ -14,7 +14,7 @@ from storage_backends import nothing_more, take
 
 from nodeagent.cluster.storage import logdb
 from nodeagent.cluster.storage.committer import Committer, WriteFailed
-from nodeagent.cluster.storage.interface import Compare, Get, Put, StoreError
+from nodeagent.cluster.storage.interface import Compacted, Compare, DeleteKey, Event, Get, Put, StoreError
 from nodeagent.cluster.storage.logdb import Row
 from nodeagent.cluster.storage.sqlite import SqliteStore
 
@@ -193,3 +193,44 @@ async def test_a_file_that_is_no_log_is_a_clear_error_and_leaves_nothing_held(tm
     for _ in range(2):  # the second time the lock is free again: the same error, not "another store"
         with pytest.raises(StoreError, match="cannot open the store: file is not a database"):
             await SqliteStore.open(str(path), writer=writer)  # type: ignore[arg-type]
+
+
+async def test_compaction_runs_in_chunks_between_batches_and_deletes_what_it_forgets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nodeagent.cluster.storage.sqlite.COMPACT_CHUNK", 3)
+    path = str(tmp_path / "s.db")
+    store = await SqliteStore.open(path)
+    for i in range(30):  # 3 keys, 10 versions each; /k0 deleted at the end
+        await store.txn([], [Put(f"/k{i % 3}", str(i).encode())])
+    await store.txn([], [DeleteKey("/k0")])  # 31
+    state_at_20 = await store.range("/", revision=20)
+    await store.compact(20)
+    # writes go on while the 7 chunks of compaction interleave with their batches
+    await asyncio.gather(*(store.txn([], [Put(f"/n{i}", b"x")]) for i in range(10)))
+    await store.close()  # finishes the compaction
+    conn = sqlite3.connect(path)
+    try:
+        rows = [(name, rowid >> 20) for rowid, name in conn.execute("SELECT id, name FROM log ORDER BY id")]
+        compacted = conn.execute("SELECT value FROM meta WHERE name = 'compacted'").fetchone()[0]
+    finally:
+        conn.close()
+    assert compacted == 20
+    # at or below 20 only the latest version of each key is left: /k0 at 19, /k1 at 20, /k2 at 18
+    assert [r for r in rows if r[1] <= 20] == [("/k2", 18), ("/k0", 19), ("/k1", 20)]
+    assert [r[1] for r in rows if r[1] > 20] == list(range(21, 42))  # everything above stays
+    store = await SqliteStore.open(path)
+    try:
+        assert store.compacted_revision == 20
+        assert await store.range("/", revision=20) == state_at_20
+        with pytest.raises(Compacted):
+            await store.range("/", revision=19)
+        events = [e async for e in _take(store.watch("/k", 21), 11)]
+        assert [e.kv.mod_revision for e in events] == list(range(21, 32))
+        assert events[0].prev_kv is not None and events[0].prev_kv.mod_revision == 18  # /k2's prev, at 18: kept
+    finally:
+        await store.close()
+
+
+async def _take(it: AsyncIterator[Event], n: int) -> AsyncIterator[Event]:
+    for _ in range(n):
+        yield await asyncio.wait_for(it.__anext__(), 5)
