@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images install-systemd clean
+.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images bench-storage install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -59,7 +59,7 @@ integration-v2: install
 integration-container:
 	integration/container/run.sh
 
-bench: bench-agent bench-scheduler bench-images
+bench: bench-agent bench-scheduler bench-images bench-storage
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
 bench-agent: install
@@ -74,6 +74,10 @@ bench-scheduler: install
 bench-images: install
 	integration/images/install-tools.sh
 	$(BIN)/python bench/image_bench.py
+
+## The control plane's Store: durable txns/s, loop cost of the writes, watch latency, RSS (prints figures).
+bench-storage: install
+	$(BIN)/python bench/storage_bench.py
 
 PREFIX  ?= /usr/local
 UNITDIR ?= /etc/systemd/system
