@@ -1,0 +1,223 @@
+"""The probe runner and PodProbes on a fake clock: the loop waits by the injected sleep (which
+moves the clock), so schedules, triggers, kills and cancellation are checked without sleeping.
+The executors here are scripted; the real ones are exercised in integration/test_probes.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from nodeagent.agent.probes.http_probe import HttpProber
+from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext, exec_command, make_executor
+from nodeagent.agent.probes.results import ProbeOutcome, Result, failure, success
+from nodeagent.agent.probes.runner import ProbeRunner
+from nodeagent.agent.probes.state import Action, ContainerView, Event, ProbeState, Step
+from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated
+from nodeagent.core.clock import FakeClock
+from nodeagent.core.model import Probe, parse_pod
+
+
+class FakeTime:
+    """A sleep that advances a FakeClock instead of waiting (and yields to the loop)."""
+
+    def __init__(self, clock: FakeClock, until: float) -> None:
+        self.clock = clock
+        self.until = until
+        self.slept: list[float] = []
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if self.clock.now() + seconds > self.until:
+            await asyncio.Event().wait()  # the end of the simulated time: park until cancelled
+        self.clock.advance(seconds)
+        await asyncio.sleep(0)
+
+
+def probe(**kw: Any) -> Probe:
+    return Probe.model_validate({"exec": {"command": ["true"]}, **kw}, by_alias=True)
+
+
+async def run_for(runner: ProbeRunner, time: FakeTime) -> None:
+    task = asyncio.ensure_future(runner.run())
+    while time.clock.now() < time.until and not task.done():
+        await asyncio.sleep(0)
+        if len(time.slept) > 10_000:
+            break
+    for _ in range(20):
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_runner_probes_every_period_and_reports_the_kill() -> None:
+    clock = FakeClock(start=0.0)
+    time = FakeTime(clock, until=60.0)
+    outcomes = iter([success()] * 10 + [failure("down")] * 3 + [success()] * 100)
+    steps: list[Step] = []
+    state = ProbeState("liveness", probe(periodSeconds=2, failureThreshold=3), "app", start=clock.now())
+
+    async def execute(timeout_seconds: float) -> ProbeOutcome:
+        assert timeout_seconds == 1.0
+        return next(outcomes)
+
+    view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
+    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: steps.append(st), clock=clock, sleep=time.sleep)
+    await run_for(runner, time)
+    assert runner.attempts == 13  # then on hold: the container never restarted
+    kills = [s for s in steps if s.kill]
+    assert len(kills) == 1
+    assert [e.reason for e in kills[0].events] == ["Unhealthy", "Killing"]
+    assert set(time.slept) == {2.0}
+
+
+async def test_runner_stops_when_the_state_says_so_and_survives_a_crashing_executor() -> None:
+    clock = FakeClock(start=0.0)
+    time = FakeTime(clock, until=100.0)
+    views = iter([ContainerView("c1", running=True, started_at=clock.wall(), started=True)] * 3
+                 + [ContainerView("c1", running=False, terminated=True)] * 10)
+    steps: list[Step] = []
+
+    async def execute(timeout_seconds: float) -> ProbeOutcome:
+        raise RuntimeError("bug")
+
+    state = ProbeState("readiness", probe(periodSeconds=1), "app", start=clock.now(), restart_on_failure=False)
+    runner = ProbeRunner(state, execute, lambda: next(views), lambda s, st: steps.append(st), clock=clock, sleep=time.sleep)
+    await asyncio.wait_for(runner.run(), 5)  # returns on its own: terminated under Never
+    assert runner.attempts == 3
+    assert steps[0].published is Result.FAILURE
+    assert all("internal error: bug" in e.message for s in steps for e in s.events)
+
+
+async def test_trigger_cuts_the_wait_short() -> None:
+    clock = FakeClock(start=0.0)
+    probed = asyncio.Event()
+    state = ProbeState("readiness", probe(periodSeconds=3600), "app", start=clock.now())
+
+    async def execute(timeout_seconds: float) -> ProbeOutcome:
+        probed.set()
+        return success()
+
+    async def real_sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds)  # an hour: only a trigger can end it within the test
+
+    view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
+    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: None, clock=clock, sleep=real_sleep)
+    task = asyncio.ensure_future(runner.run())
+    await asyncio.wait_for(probed.wait(), 5)  # the first tick is immediate
+    probed.clear()
+    await asyncio.sleep(0.01)
+    assert not probed.is_set()
+    runner.trigger()
+    await asyncio.wait_for(probed.wait(), 5)
+    assert runner.attempts == 2
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_cancelling_mid_probe_cancels_the_executor() -> None:
+    clock = FakeClock(start=0.0)
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def execute(timeout_seconds: float) -> ProbeOutcome:
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return success()
+
+    view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
+    state = ProbeState("liveness", probe(), "app", start=clock.now())
+    task = asyncio.ensure_future(ProbeRunner(state, execute, lambda: view, lambda s, st: None, clock=clock).run())
+    await asyncio.wait_for(entered.wait(), 5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert cancelled.is_set() and task.cancelled()
+
+
+POD = parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "uid": "u1"}, "spec": {
+    "initContainers": [{"name": "proxy", "command": ["x"], "restartPolicy": "Always",
+                        "readinessProbe": {"tcpSocket": {"port": 1}}}],
+    "containers": [{"name": "app", "command": ["x"], "env": [{"name": "WHO", "value": "me"}],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "startupProbe": {"exec": {"command": ["check", "$(WHO)"]}, "failureThreshold": 2},
+                    "livenessProbe": {"httpGet": {"port": "http"}, "failureThreshold": 1,
+                                      "terminationGracePeriodSeconds": 3}},
+                   {"name": "plain", "command": ["x"]}]}})
+
+
+async def test_pod_probes_gate_on_startup_and_kill_on_liveness() -> None:
+    clock = FakeClock(start=0.0)
+    statuses: dict[str, ContainerStatus] = {
+        "app": ContainerStatus("app", Running(clock.wall()), container_id="id-1"),
+        "proxy": ContainerStatus("proxy", Running(clock.wall()), container_id="id-p"),
+        "plain": ContainerStatus("plain", Running(clock.wall()), container_id="id-q"),
+    }
+    events: list[tuple[str, Event]] = []
+    kills: list[tuple[str, str, int | None]] = []
+    changes: list[int] = []
+    pp = PodProbes(POD, ProbeContext(HttpProber(), exec_target=lambda name: None), status=statuses.get,
+                   deleting=lambda: False, on_event=lambda c, e: events.append((c, e)),
+                   on_kill=lambda c, m, g: kills.append((c, m, g)), on_change=lambda: changes.append(1), clock=clock)
+    assert set(pp.runners) == {("app", "startup"), ("app", "liveness"), ("proxy", "readiness")}
+    assert not pp.started("app") and pp.started("plain") and pp.ready("plain") and not pp.ready("proxy")
+    # drive the states by hand, as the runners would
+    startup = pp.runners[("app", "startup")]
+    view = startup._view()
+    assert view.container_id == "id-1" and view.running and not view.started
+    assert pp.runners[("app", "liveness")].state.begin(view, clock.now(), clock.wall()).action is Action.WAIT
+    assert startup.state.begin(view, clock.now(), clock.wall()).action is Action.PROBE
+    pp._step(startup.state, startup.state.record(success()))
+    assert pp.started("app") and pp.ready("app")  # no readiness probe: ready once started
+    live = pp.runners[("app", "liveness")]
+    assert live.state.next_due == clock.now()  # triggered by the startup success
+    view = live._view()
+    assert view.started and live.state.begin(view, clock.now(), clock.wall()).action is Action.PROBE
+    pp._step(live.state, live.state.record(failure("HTTP probe failed with statuscode: 500")))
+    assert kills == [("app", "Container app failed liveness probe, will be restarted", 3)]
+    assert events[-2] == ("app", Event("Unhealthy", "Liveness probe failed: HTTP probe failed with statuscode: 500"))
+    conds = {c.type: c.status for c in pp.conditions("Running", [], clock.wall())}
+    assert conds == {"Initialized": True, "Ready": False, "ContainersReady": False}  # proxy not ready
+    statuses["app"] = ContainerStatus("app", Terminated(137, "Error", 0.0, 1.0), container_id="id-1")
+    assert not pp.ready("app")
+
+
+async def test_pod_probes_start_and_stop_their_tasks() -> None:
+    clock = FakeClock(start=0.0)
+    spawned: list[str] = []
+
+    def spawn(coro: Any, name: str) -> asyncio.Task[None]:
+        spawned.append(name)
+        return asyncio.ensure_future(coro)
+
+    pp = PodProbes(POD, ProbeContext(HttpProber(), exec_target=lambda name: None), status=lambda n: None,
+                   deleting=lambda: False, on_event=lambda c, e: None, on_kill=lambda c, m, g: None,
+                   on_change=lambda: None, clock=clock)
+    pp.start(spawn)
+    assert sorted(spawned) == ["probe default/web/app liveness", "probe default/web/app startup",
+                               "probe default/web/proxy readiness"]
+    await asyncio.sleep(0)
+    await pp.stop()
+
+
+def test_exec_command_expands_literal_env_only() -> None:
+    c = parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "command": ["x"], "env": [{"name": "A", "value": "1"},
+                                                {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]}}
+    ).spec.containers[0]
+    assert exec_command(["$(A)", "$(B)", "$$(A)"], c) == ["1", "$(B)", "$(A)"]
+
+
+@pytest.mark.parametrize(("port", "message"), [("nope", "port nope not found"), (0, "invalid port number: 0")])
+async def test_a_port_that_cannot_be_resolved_is_an_attempt_that_could_not_run(port: Any, message: str) -> None:
+    c = POD.spec.containers[0]
+    valid = Probe.model_validate({"tcpSocket": {"port": 1}}, by_alias=True)
+    assert valid.tcp_socket is not None
+    p = valid.model_copy(update={"tcp_socket": valid.tcp_socket.model_copy(update={"port": port})})
+    execute: Callable[[float], Any] = make_executor(p, c, ProbeContext(HttpProber(), exec_target=lambda n: None))
+    outcome = await execute(1.0)
+    assert outcome.verdict.value == "unknown" and outcome.output == message
