@@ -16,6 +16,7 @@ the "does not implement the grpc health protocol" message; other gRPC errors rea
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 
@@ -182,7 +183,8 @@ async def grpc_probe(host: str, port: int, service: str | None, timeout_seconds:
     except TimeoutError:
         return failure(f"timeout: failed to connect service {quote(addr)} within {within}: context deadline exceeded")
     except OSError as e:
-        return failure(f"error: failed to connect service at {quote(addr)}: {e.strerror or e}")
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        return failure(f"error: failed to connect service at {quote(addr)}: {reason}")
     try:
         async with asyncio.timeout_at(deadline):
             status = await health_check(sock, addr, service or "", timeout_seconds)

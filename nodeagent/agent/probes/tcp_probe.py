@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import socket
 from typing import Any
 
@@ -37,7 +38,7 @@ async def tcp_probe(host: str, port: int, timeout_seconds: float) -> ProbeOutcom
     except ConnectionRefusedError:
         return failure(f"dial tcp {where}: connect: connection refused")
     except OSError as e:
-        return failure(f"dial tcp {where}: connect: {e.strerror or e}")
+        return failure(f"dial tcp {where}: connect: {(os.strerror(e.errno) if e.errno else str(e)).lower()}")
     finally:
         sock.close()
     return success()
