@@ -20,41 +20,61 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.core.model import Probe, parse_pod
 
 
-class FakeTime:
-    """A sleep that advances a FakeClock instead of waiting (and yields to the loop)."""
+class FakeTimer:
+    """A loop.call_later on a FakeClock: `run_until` fires due callbacks in time order, moving the
+    clock, and lets the loop run between them; nothing waits for real time."""
 
-    def __init__(self, clock: FakeClock, until: float) -> None:
+    class Entry:
+        def __init__(self, due: float, callback: Callable[[], None]) -> None:
+            self.due, self.callback, self.cancelled = due, callback, False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
-        self.until = until
-        self.slept: list[float] = []
+        self.pending: list[FakeTimer.Entry] = []
+        self.delays: list[float] = []
 
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        if self.clock.now() + seconds > self.until:
-            await asyncio.Event().wait()  # the end of the simulated time: park until cancelled
-        self.clock.advance(seconds)
-        await asyncio.sleep(0)
+    def __call__(self, delay: float, callback: Callable[[], None]) -> FakeTimer.Entry:
+        self.delays.append(delay)
+        entry = FakeTimer.Entry(self.clock.now() + delay, callback)
+        self.pending.append(entry)
+        return entry
+
+    async def settle(self) -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def run_until(self, end: float) -> None:
+        while True:
+            await self.settle()
+            live = [e for e in self.pending if not e.cancelled]
+            self.pending = live
+            if not live:
+                return
+            entry = min(live, key=lambda e: e.due)
+            if entry.due > end:
+                return
+            self.pending.remove(entry)
+            self.clock.advance(max(0.0, entry.due - self.clock.now()))
+            entry.callback()
 
 
 def probe(**kw: Any) -> Probe:
     return Probe.model_validate({"exec": {"command": ["true"]}, **kw}, by_alias=True)
 
 
-async def run_for(runner: ProbeRunner, time: FakeTime) -> None:
+async def run_for(runner: ProbeRunner, timer: FakeTimer, end: float) -> None:
     task = asyncio.ensure_future(runner.run())
-    while time.clock.now() < time.until and not task.done():
-        await asyncio.sleep(0)
-        if len(time.slept) > 10_000:
-            break
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await timer.run_until(end)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_runner_probes_every_period_and_reports_the_kill() -> None:
     clock = FakeClock(start=0.0)
-    time = FakeTime(clock, until=60.0)
+    timer = FakeTimer(clock)
     outcomes = iter([success()] * 10 + [failure("down")] * 3 + [success()] * 100)
     steps: list[Step] = []
     state = ProbeState("liveness", probe(periodSeconds=2, failureThreshold=3), "app", start=clock.now())
@@ -64,18 +84,19 @@ async def test_runner_probes_every_period_and_reports_the_kill() -> None:
         return next(outcomes)
 
     view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
-    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: steps.append(st), clock=clock, sleep=time.sleep)
-    await run_for(runner, time)
+    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: steps.append(st), clock=clock, timer=timer)
+    await run_for(runner, timer, 60.0)
     assert runner.attempts == 13  # then on hold: the container never restarted
+    assert clock.now() == 60.0
     kills = [s for s in steps if s.kill]
     assert len(kills) == 1
     assert [e.reason for e in kills[0].events] == ["Unhealthy", "Killing"]
-    assert set(time.slept) == {2.0}
+    assert set(timer.delays) == {2.0} and len(timer.delays) == 31  # a wait after each tick at 0, 2, ... 60
 
 
 async def test_runner_stops_when_the_state_says_so_and_survives_a_crashing_executor() -> None:
     clock = FakeClock(start=0.0)
-    time = FakeTime(clock, until=100.0)
+    timer = FakeTimer(clock)
     views = iter([ContainerView("c1", running=True, started_at=clock.wall(), started=True)] * 3
                  + [ContainerView("c1", running=False, terminated=True)] * 10)
     steps: list[Step] = []
@@ -84,8 +105,10 @@ async def test_runner_stops_when_the_state_says_so_and_survives_a_crashing_execu
         raise RuntimeError("bug")
 
     state = ProbeState("readiness", probe(periodSeconds=1), "app", start=clock.now(), restart_on_failure=False)
-    runner = ProbeRunner(state, execute, lambda: next(views), lambda s, st: steps.append(st), clock=clock, sleep=time.sleep)
-    await asyncio.wait_for(runner.run(), 5)  # returns on its own: terminated under Never
+    runner = ProbeRunner(state, execute, lambda: next(views), lambda s, st: steps.append(st), clock=clock, timer=timer)
+    task = asyncio.ensure_future(runner.run())
+    await timer.run_until(100.0)
+    assert task.done() and task.exception() is None  # returned on its own: terminated under Never
     assert runner.attempts == 3
     assert steps[0].published is Result.FAILURE
     assert all("internal error: bug" in e.message for s in steps for e in s.events)
@@ -100,16 +123,14 @@ async def test_trigger_cuts_the_wait_short() -> None:
         probed.set()
         return success()
 
-    async def real_sleep(seconds: float) -> None:
-        await asyncio.sleep(seconds)  # an hour: only a trigger can end it within the test
-
+    timer = FakeTimer(clock)  # never advanced: only a trigger can end the hour's wait
     view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
-    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: None, clock=clock, sleep=real_sleep)
+    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: None, clock=clock, timer=timer)
     task = asyncio.ensure_future(runner.run())
     await asyncio.wait_for(probed.wait(), 5)  # the first tick is immediate
     probed.clear()
-    await asyncio.sleep(0.01)
-    assert not probed.is_set()
+    await timer.settle()
+    assert not probed.is_set() and timer.delays == [3600.0]
     runner.trigger()
     await asyncio.wait_for(probed.wait(), 5)
     assert runner.attempts == 2

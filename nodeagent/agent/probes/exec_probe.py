@@ -34,7 +34,6 @@ from nodeagent.core.names import quote
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
-_KILL_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,7 @@ class _Running:
         self.pidfd = pidfd
         self.read_fd = read_fd
         self.output = bytearray()
+        self.timed_out = False
         self.loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = self.loop.create_future()
         self.loop.add_reader(read_fd, self._read)
@@ -111,6 +111,10 @@ class _Running:
         if not self.exited.done():
             self.exited.set_result(code)
 
+    def time_out(self) -> None:
+        self.timed_out = True
+        self.kill()
+
     def kill(self) -> None:
         if self.pidfd < 0:
             return
@@ -140,18 +144,16 @@ async def run_in_container(
         os.close(read_fd)
         raise
     proc = _Running(spawned.pid, pidfd, read_fd)
+    timer = proc.loop.call_later(timeout_seconds, proc.time_out) if timeout_seconds is not None else None
     try:
-        try:
-            code = await asyncio.wait_for(asyncio.shield(proc.exited), timeout_seconds)
-        except TimeoutError:
-            proc.kill()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.exited), _KILL_WAIT_S)
-            return ExecResult(None, bytes(proc.output), timed_out=True)
-        return ExecResult(code, bytes(proc.output))
+        code = await proc.exited  # a timeout kills the process, and the exit follows
     except asyncio.CancelledError:
         proc.kill()  # _reap still runs when it dies and closes both descriptors
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return ExecResult(None if proc.timed_out else code, bytes(proc.output), timed_out=proc.timed_out)
 
 
 async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds: float, *,

@@ -1,38 +1,53 @@
-"""httpGet probes (and httpGet hooks) with aiohttp, as the kubelet's pkg/probe/http does.
+"""httpGet probes (and httpGet hooks) as the kubelet's pkg/probe/http does them.
 
-- One shared ClientSession without keep-alive (the kubelet's transport disables it), TLS not
-  verified for scheme HTTPS (InsecureSkipVerify), a total timeout of timeoutSeconds.
+The client: one plain HTTP/1.1 GET per connection (the kubelet's transport disables keep-alive),
+parsed by h11 (python-hyper's HTTP/1.1 state machine) over a non-blocking socket on the loop, or
+over an asyncio TLS stream for scheme HTTPS (certificates not verified: InsecureSkipVerify).
+Why not aiohttp's client: it costs about 3x the CPU per probe (measured with
+bench/probe_bench.py: 6.2% of a core against 2.4% for 100 pods with 1 s probes), and a probe
+needs none of what it adds (pooling, cookies, decompression).
+
 - Headers: the action's httpHeaders; User-Agent `kube-probe/<version>` and `Accept: */*` unless
-  given (an empty Accept removes it); a Host header sets the request's host.
+  given (an empty Accept removes it); a Host header sets the request's host; Connection: close.
 - Redirects are followed by hand, up to 10, only while they stay on the same host name (the
   kubelet's followNonLocalRedirects=false); a redirect elsewhere ends the chain.
 - 200-399 is a success, but a final 3xx is the kubelet's warning `Probe terminated redirects,
   Response body: ...` (counted as a success); anything else fails with `HTTP probe failed with
   statuscode: N`; connection errors and timeouts fail with Go-like messages (`Get "url": dial tcp
-  host:port: connect: connection refused`). At most 10 KiB of the body is read.
+  host:port: connect: connection refused`). At most 10 KiB of the body is read; the whole chain
+  is bounded by timeoutSeconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import ssl
 from collections.abc import Sequence
 
-import aiohttp
+import h11
 from yarl import URL
 
 from nodeagent import __version__
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, warning
 from nodeagent.agent.probes.target import join_host_port
+from nodeagent.agent.probes.tcp_probe import ip_address_of
 
 MAX_REDIRECTS = 10
+REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 USER_AGENT = "kube-probe/" + ".".join(__version__.split(".")[:2])
 
 
+class TooManyRedirects(Exception):
+    pass
+
+
 def probe_url(scheme: str, host: str, port: int, path: str) -> URL:
-    """The URL the kubelet builds (path as given, a leading "/" added when missing)."""
+    """The URL the kubelet builds: the path is parsed as a URL reference (query kept), "/" added."""
     if not path.startswith("/"):
         path = "/" + path
-    return URL(f"{scheme.lower()}://{join_host_port(host, port)}{path}", encoded=False)
+    return URL(f"{scheme.lower()}://{join_host_port(host, port)}{path}")
 
 
 def request_headers(
@@ -52,63 +67,132 @@ def request_headers(
     return headers, host
 
 
-def _describe(url: URL, exc: BaseException) -> str:
-    where = join_host_port(url.host or "", url.port or 0)
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)'
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        cause = exc.os_error
-        if isinstance(cause, ConnectionRefusedError):
-            return f'Get "{url}": dial tcp {where}: connect: connection refused'
-        return f'Get "{url}": dial tcp {where}: {cause.strerror or cause}'
-    return f'Get "{url}": {exc}'
+class _Plain:
+    """A connected non-blocking socket driven by loop.sock_* (no transport, no stream objects)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+
+    async def send(self, data: bytes) -> None:
+        await self.loop.sock_sendall(self.sock, data)
+
+    async def recv(self) -> bytes:
+        return await self.loop.sock_recv(self.sock, 65536)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class _Tls:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def recv(self) -> bytes:
+        return await self.reader.read(65536)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 class HttpProber:
-    """Owns the shared session; `close()` it at shutdown."""
+    """The HTTP client of probes and hooks; holds the TLS context (made on first HTTPS use)."""
 
     def __init__(self) -> None:
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(force_close=True, limit=0, ssl=False, enable_cleanup_closed=False)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
-                                                  skip_auto_headers=("Accept-Encoding",))
-        return self._session
+        self._tls: ssl.SSLContext | None = None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing is pooled; kept so owners can treat every client alike."""
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            self._tls = ctx
+        return self._tls
+
+    async def _open(self, url: URL) -> _Plain | _Tls:
+        host, port = url.host or "", url.port or (443 if url.scheme == "https" else 80)
+        if url.scheme == "https":
+            reader, writer = await asyncio.open_connection(host, port, ssl=self._tls_context(),
+                                                           server_hostname=host or None)
+            return _Tls(reader, writer)
+        loop = asyncio.get_running_loop()
+        try:
+            family, address = ip_address_of(host, port)
+        except ValueError:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return _Plain(sock)
+
+    async def _once(self, url: URL, headers: dict[str, str], host: str | None) -> tuple[int, str | None, bytes]:
+        """One request: (status, Location, first 10 KiB of body)."""
+        conn = await self._open(url)
+        try:
+            h = h11.Connection(h11.CLIENT)
+            authority = host or (url.raw_host or "") + (f":{url.port}" if not url.is_default_port() else "")
+            fields = [("Host", authority), *headers.items(), ("Connection", "close")]
+            await conn.send(h.send(h11.Request(method="GET", target=url.raw_path_qs, headers=fields))
+                            + (h.send(h11.EndOfMessage()) or b""))
+            status, location, body = 0, None, bytearray()
+            while True:
+                event = h.next_event()
+                if event is h11.NEED_DATA:
+                    h.receive_data(await conn.recv())
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    for name, value in event.headers:
+                        if name == b"location":
+                            location = value.decode("latin-1")
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                    if len(body) >= MAX_OUTPUT:
+                        return status, location, bytes(body[:MAX_OUTPUT])
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    return status, location, bytes(body)
+        finally:
+            conn.close()
 
     async def get(
         self, url: URL, headers: dict[str, str], host: str | None, timeout_seconds: float
     ) -> tuple[int, bytes]:
-        """One GET with the kubelet's redirect rule: (final status, first 10 KiB of body)."""
-        session = self._get_session()
-        hdrs = dict(headers)
-        if host:
-            hdrs["Host"] = host
+        """GET with the kubelet's redirect rule: (final status, first 10 KiB of body)."""
         current = url
         async with asyncio.timeout(timeout_seconds):
             for _ in range(MAX_REDIRECTS + 1):
-                async with session.get(current, headers=hdrs, allow_redirects=False) as resp:
-                    body = await resp.content.read(MAX_OUTPUT)
-                    location = resp.headers.get("Location")
-                    if resp.status not in (301, 302, 303, 307, 308) or not location:
-                        return resp.status, body
-                    target = current.join(URL(location))
-                    if target.host != url.host:  # not followed: the kubelet returns this response
-                        return resp.status, body
-                    current = target
-            raise aiohttp.TooManyRedirects(resp.request_info, (), message=f"stopped after {MAX_REDIRECTS} redirects")
+                status, location, body = await self._once(current, headers, host if current is url else None)
+                if status not in REDIRECT_CODES or not location:
+                    return status, body
+                target = current.join(URL(location))
+                if target.host != url.host:  # not followed: the kubelet returns this response
+                    return status, body
+                current = target
+        raise TooManyRedirects(f"stopped after {MAX_REDIRECTS} redirects")
 
     async def probe(self, url: URL, headers: dict[str, str], host: str | None, timeout_seconds: float) -> ProbeOutcome:
         try:
             status, body = await self.get(url, headers, host, timeout_seconds)
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            return failure(_describe(url, e))
+        except TimeoutError:
+            return failure(f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)')
+        except ConnectionRefusedError:
+            return failure(f'Get "{url}": dial tcp {join_host_port(url.host or "", url.port or 0)}: connect: '
+                           "connection refused")
+        except OSError as e:
+            return failure(f'Get "{url}": {(os.strerror(e.errno) if e.errno else str(e)).lower()}')
+        except (h11.ProtocolError, TooManyRedirects) as e:
+            return failure(f'Get "{url}": {e}')
         text = body.decode("utf-8", "replace")
         if 200 <= status < 400:
             if status >= 300:

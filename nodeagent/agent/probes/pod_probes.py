@@ -35,7 +35,7 @@ from nodeagent.agent.probes.readiness import (
     pod_conditions,
 )
 from nodeagent.agent.probes.results import ProbeOutcome, Result, unknown
-from nodeagent.agent.probes.runner import Executor, ProbeRunner, Sleep
+from nodeagent.agent.probes.runner import Executor, ProbeRunner, Timer, loop_timer
 from nodeagent.agent.probes.state import ContainerView, Event, ProbeState, Step
 from nodeagent.agent.probes.target import HOST_PROCESS_POD_IP, PortNotFound, probe_host, resolve_port
 from nodeagent.agent.probes.tcp_probe import tcp_probe
@@ -106,7 +106,7 @@ class PodProbes:
         on_kill: Callable[[str, str, int | None], None],
         on_change: Callable[[], None],
         clock: Clock,
-        sleep: Sleep = asyncio.sleep,
+        timer: Timer = loop_timer,
         terminal: Callable[[], bool] = lambda: False,
     ) -> None:
         self.pod = pod
@@ -129,7 +129,7 @@ class PodProbes:
                 state = ProbeState(kind, probe, c.name, start=clock.now(),  # type: ignore[arg-type]
                                    restart_on_failure=c.is_sidecar or not never)
                 self.runners[(c.name, kind)] = ProbeRunner(  # type: ignore[index]
-                    state, make_executor(probe, c, ctx), self._viewer(c.name), self._step, clock=clock, sleep=sleep)
+                    state, make_executor(probe, c, ctx), self._viewer(c.name), self._step, clock=clock, timer=timer)
 
     # ---- what the pod worker reads ----
     def result(self, container: str, kind: ProbeKind) -> Result | None:

@@ -3,8 +3,9 @@
 One asyncio task per probe (the kubelet runs one goroutine per probe worker). The runner holds
 no policy: `ProbeState` decides, the executor does the I/O, `on_step` receives every step that
 published a result or has events (the owner turns them into container readiness, events and a
-kill). Time comes from the injected clock and the waiting from the injected sleep, so a test
-can drive it without sleeping.
+kill). Time comes from the injected clock and waiting from the injected timer (the loop's
+call_later by default: one timer handle and one future per wait, no task, as 100 pods with 1 s
+probes make 100+ waits a second), so a test drives it on a fake clock without sleeping.
 
 Cancellation-safe: cancelling `run()` while it waits cancels the wait; while it probes, the
 executor's own cleanup runs (an exec probe's process group is killed, an HTTP request aborted).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import structlog
 
@@ -26,37 +28,50 @@ from nodeagent.core.clock import Clock
 log = structlog.get_logger(__name__)
 
 Executor = Callable[[float], Awaitable[ProbeOutcome]]  # timeoutSeconds -> outcome
-Sleep = Callable[[float], Awaitable[None]]
+
+
+class TimerHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+Timer = Callable[[float, Callable[[], None]], TimerHandle]  # (delay, callback) -> handle, as loop.call_later
+
+
+def loop_timer(delay: float, callback: Callable[[], None]) -> TimerHandle:
+    return asyncio.get_running_loop().call_later(delay, callback)
 
 
 class ProbeRunner:
     def __init__(self, state: ProbeState, execute: Executor, view: Callable[[], ContainerView],
-                 on_step: Callable[[ProbeState, Step], None], *, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
+                 on_step: Callable[[ProbeState, Step], None], *, clock: Clock, timer: Timer = loop_timer) -> None:
         self.state = state
         self._execute = execute
         self._view = view
         self._on_step = on_step
         self._clock = clock
-        self._sleep = sleep
-        self._wake = asyncio.Event()
+        self._timer = timer
+        self._waiter: asyncio.Future[None] | None = None
         self._logged_crash = False
         self.attempts = 0
 
     def trigger(self) -> None:
         """Probe now instead of at the next period (e.g. the container just started)."""
         self.state.trigger(self._clock.now())
-        self._wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _wait(self, delay: float) -> None:
-        sleeper = asyncio.ensure_future(self._sleep(delay))
-        waker = asyncio.ensure_future(self._wake.wait())
+        self._waiter = asyncio.get_running_loop().create_future()
+        handle = self._timer(delay, self._wake)
         try:
-            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+            await self._waiter
         finally:
-            for t in (sleeper, waker):
-                t.cancel()
-            await asyncio.gather(sleeper, waker, return_exceptions=True)
-            self._wake.clear()
+            handle.cancel()
+            self._waiter = None
 
     def _report(self, step: Step) -> None:
         if step.published is not None or step.events or step.kill:

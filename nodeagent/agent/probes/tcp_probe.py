@@ -8,6 +8,7 @@ connection refused`, `... i/o timeout`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import socket
@@ -44,6 +45,7 @@ async def tcp_probe(host: str, port: int, timeout_seconds: float) -> ProbeOutcom
     return success()
 
 
+@functools.lru_cache(maxsize=256)
 def ip_address_of(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
     """(family, sockaddr) of an IP literal without a resolver round trip; ValueError for a name."""
     ip = ipaddress.ip_address(host)
