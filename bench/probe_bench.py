@@ -156,7 +156,8 @@ async def scenario(kind: str, n: int, seconds: float, period: int, http_port: in
     wall = t1 - t0
     children = (ch1.ru_utime - ch0.ru_utime) + (ch1.ru_stime - ch0.ru_stime)
     ready = sum(pp.ready("c") for pp in probes)
-    return {"cpu_pct": (u1 - u0 + s1 - s0) / wall * 100, "user_pct": (u1 - u0) / wall * 100, "probes_per_s": (attempts1 - attempts0) / wall,
+    return {"cpu_pct": (u1 - u0 + s1 - s0) / wall * 100, "user_pct": (u1 - u0) / wall * 100,
+            "probes_per_s": (attempts1 - attempts0) / wall,
             "children_pct": children / wall * 100, "rss_mib": rss / MiB, "hwm_mib": hwm / MiB,
             "ready": ready, "events": events}
 
@@ -189,19 +190,19 @@ def main() -> None:
             from nodeagent.agent.cgroups.detect import make_driver
 
             driver = make_driver("auto", root)
+        where = f"in a cgroup per pod (cgroup v{driver.version})" if driver else "without cgroups (not root)"
         print(f"probe_bench: {args.pods} pods, period {args.period} s, {args.seconds:.0f} s per scenario; "
-              f"Python {platform.python_version()}, kernel {platform.release()}, "
-              f"exec probes {'in a cgroup per pod (cgroup v%d)' % driver.version if driver else 'without cgroups (not root)'}")
+              f"Python {platform.python_version()}, kernel {platform.release()}, exec probes {where}")
         print(f"{'probes':>8} {'probes/s':>9} {'agent CPU':>10} {'(user)':>7} {'probe procs':>12} {'RSS MiB':>8} "
               f"{'ready':>6} {'events':>7}")
         for kind in args.kinds.split(","):
             load = MachineLoad()
             r = asyncio.run(scenario(kind, args.pods, args.seconds, args.period, http_port, grpc_port, driver))
-            print(f"{kind:>8} {r['probes_per_s']:9.1f} {r['cpu_pct']:9.2f}% {r['user_pct']:6.2f}% {r['children_pct']:11.2f}% "
-                  f"{r['rss_mib']:8.1f} {r['ready']:6d} {r['events']:7d}")
+            print(f"{kind:>8} {r['probes_per_s']:9.1f} {r['cpu_pct']:9.2f}% {r['user_pct']:6.2f}% "
+                  f"{r['children_pct']:11.2f}% {r['rss_mib']:8.1f} {r['ready']:6d} {r['events']:7d}")
             print(f"{'':>8} {load.text()}")
-        print("agent CPU: this process, % of one core; probe procs: the exec'd shim+command (a container's cost, "
-              "not the agent's); ready: pods whose readiness probe passed at the end")
+        print("agent CPU: this process, % of one core; probe procs: the exec'd shim+command (a container's "
+              "cost, not the agent's); ready: pods whose readiness probe passed at the end")
     finally:
         server.terminate()
         server.wait(timeout=10)

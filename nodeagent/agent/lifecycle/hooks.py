@@ -27,11 +27,17 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import h11
 import structlog
 
 from nodeagent.agent.probes.exec_probe import ExecTarget, run_in_container
-from nodeagent.agent.probes.http_probe import USER_AGENT, HttpProber, TooManyRedirects, probe_url, request_headers
+from nodeagent.agent.probes.http_probe import (
+    USER_AGENT,
+    HttpProber,
+    ProtocolError,
+    TooManyRedirects,
+    probe_url,
+    request_headers,
+)
 from nodeagent.agent.probes.pod_probes import exec_command
 from nodeagent.agent.probes.state import Event
 from nodeagent.agent.probes.target import HOST_PROCESS_POD_IP, PortNotFound, probe_host, resolve_port
@@ -122,7 +128,7 @@ class HookRunner:
                                                        LIFECYCLE_USER_AGENT)
                 url = probe_url(get.scheme, probe_host(get.host, target.pod_ip), port, get.path)
                 await self._http.get(url, headers, host_header, timeout_seconds if timeout_seconds else 1e9)
-            except (PortNotFound, h11.ProtocolError, TooManyRedirects, OSError, TimeoutError) as e:
+            except (PortNotFound, ProtocolError, TooManyRedirects, OSError, TimeoutError) as e:
                 detail = str(e) or type(e).__name__
                 return (f'HTTP lifecycle hook ({get.path}) for Container "{c.name}" in Pod "{pod}" failed - '
                         f"error: {detail}")

@@ -11,7 +11,7 @@ Pure (table-tested with a fake clock, no I/O):
 
 Executors (asyncio, nothing blocks the loop; each honours its timeout and cleans up on cancel):
     exec_probe   the command inside the container's cgroup with its env, through the spawn shim
-    http_probe   httpGet over h11 (2xx/3xx success, redirects to other hosts not followed)
+    http_probe   httpGet, responses parsed by httptools (2xx/3xx success, redirects to other hosts not followed)
     tcp_probe    a TCP connect
     grpc_probe   grpc.health.v1.Health/Check over a minimal HTTP/2 client (h2)
 
