@@ -3,7 +3,8 @@ stubs and protobuf) against the h2-based client of nodeagent.agent.probes.grpc_p
 
 Each case runs in a fresh interpreter that first imports aiohttp, the Pod model and the httpGet
 prober (the agent holds them anyway), then the client, then makes one Health/Check call to a
-reference server in another process, and prints VmRSS after the import and after the call. Prints figures; asserts nothing.
+reference server in another process, and prints VmRSS after the import and after the call.
+Prints figures; asserts nothing.
 
     .venv/bin/python bench/grpc_client_rss.py
 """
