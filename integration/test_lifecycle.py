@@ -66,7 +66,7 @@ class Pod_:
         init = any(i.name == name for i in self.pod.spec.init_containers)
         self.driver.create(self.path(name), CgroupSpec(memory_max=128 * 1024 * 1024))
         cg = DriverCgroup(self.driver, self.path(name))
-        launch = LaunchSpec(tuple([*c.command, *c.args]), env or {"PATH": DEFAULT_PATH}, str(self.tmp))
+        launch = LaunchSpec((*c.command, *c.args), env or {"PATH": DEFAULT_PATH}, str(self.tmp))
         cfg = ContainerConfig(name=name, launch=launch, restart_policy=supervisor_restart_policy(
             self.pod.spec.restart_policy, c, init=init),
             log_dir=logs.container_log_dir(str(self.tmp / "state"), "default", self.pod.metadata.name,
