@@ -211,6 +211,36 @@ async def test_http_probe_redirects(http_server: tuple[int, list[web.Request]]) 
     await http.close()
 
 
+async def test_https_probe_does_not_verify_the_certificate(tmp_path: Any) -> None:
+    """scheme HTTPS against a self-signed server (InsecureSkipVerify, as the kubelet)."""
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=probe-test",
+                    "-days", "1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert), str(key))
+
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(text=f"tls {request.secure}")
+
+    app = web.Application()
+    app.router.add_get("/", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx).start()
+    http = HttpProber()
+    try:
+        ok = await http.probe(probe_url("HTTPS", "127.0.0.1", port, "/"), {}, None, 2.0)
+        assert (ok.verdict, ok.output) == (Verdict.SUCCESS, "tls True")
+        plain = await http.probe(probe_url("HTTP", "127.0.0.1", port, "/"), {}, None, 2.0)
+        assert plain.verdict is Verdict.FAILURE  # plain HTTP to a TLS port
+    finally:
+        await runner.cleanup()
+
+
 # ---- tcpSocket ----
 
 async def test_tcp_probe_open_and_closed_ports() -> None:
