@@ -2,7 +2,11 @@
 
 Why not grpcio: after one call it holds about 15 MiB more resident against 0.8 MiB for this
 client (bench/grpc_client_rss.py), on a 50 MiB budget; one unary call over plaintext HTTP/2 is small
-enough to write out. Why hand-encode protobuf: the two messages have one field each
+enough to write out. The request bytes are built by h2 (once per target, then cached: a fresh
+connection always encodes them alike); the response is read with h2's own frame and HPACK
+libraries (hyperframe, hpack) rather than a full h2 state machine per probe: measured
+interleaved on the development VM, 520-600 us of CPU per call against 860-1000 us.
+Why hand-encode protobuf: the two messages have one field each
 (HealthCheckRequest.service = 1, string; HealthCheckResponse.status = 1, enum), so the encoding
 is a tag byte, a varint and the bytes; the protobuf runtime would cost more than it saves.
 
@@ -16,14 +20,16 @@ the "does not implement the grpc health protocol" message; other gRPC errors rea
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import struct
 
 import h2.config
 import h2.connection
-import h2.events
-import h2.exceptions
+import hpack
+import hyperframe.exceptions
+import hyperframe.frame
 
 from nodeagent.agent.probes.http_probe import USER_AGENT
 from nodeagent.agent.probes.results import ProbeOutcome, failure, success
@@ -129,39 +135,81 @@ async def connect(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def health_check(sock: socket.socket, authority: str, service: str, timeout_seconds: float) -> int:
-    """One Health/Check call on a connected socket: the serving status, or RpcError / OSError."""
-    loop = asyncio.get_running_loop()
+@functools.lru_cache(maxsize=256)
+def request_bytes(authority: str, service: str, timeout_ms: int) -> bytes:
+    """Everything the client sends on a fresh connection: preface, SETTINGS, HEADERS, DATA.
+
+    Built with h2 once per (authority, service, timeout): a fresh connection's HPACK state is
+    always empty, so the bytes are the same every time and are cached.
+    """
     conn = h2.connection.H2Connection(config=_H2_CONFIG)
     conn.initiate_connection()
     stream = conn.get_next_available_stream_id()
     conn.send_headers(stream, [
         (":method", "POST"), (":scheme", "http"), (":path", CHECK_PATH), (":authority", authority),
         ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", USER_AGENT),
-        ("grpc-timeout", f"{max(1, int(timeout_seconds * 1000))}m"),
+        ("grpc-timeout", f"{timeout_ms}m"),
     ])
     conn.send_data(stream, encode_request(service), end_stream=True)
-    await loop.sock_sendall(sock, conn.data_to_send())
-    body = bytearray()
+    return conn.data_to_send()
+
+
+_SETTINGS_ACK = hyperframe.frame.SettingsFrame(0, flags=["ACK"]).serialize()
+
+
+async def health_check(sock: socket.socket, authority: str, service: str, timeout_seconds: float) -> int:
+    """One Health/Check call on a connected socket: the serving status, or RpcError / OSError.
+
+    The response is read frame by frame (hyperframe) and its header blocks decoded with hpack;
+    frames of other streams and control frames other than SETTINGS, RST_STREAM and GOAWAY are
+    skipped (nothing else on a one-call connection needs an answer).
+    """
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, request_bytes(authority, service, max(1, int(timeout_seconds * 1000))))
+    decoder = hpack.Decoder()
+    buf = bytearray()
     headers: dict[str, str] = {}
+    body = bytearray()
+    block = bytearray()  # a header block split over CONTINUATION frames
+    block_ends_stream = False  # END_STREAM rides on the HEADERS frame that opened the block
     while True:
+        while len(buf) >= 9:
+            frame, length = hyperframe.frame.Frame.parse_frame_header(memoryview(buf)[:9])
+            if len(buf) < 9 + length:
+                break
+            frame.parse_body(memoryview(bytes(buf[9 : 9 + length])))
+            del buf[: 9 + length]
+            if isinstance(frame, hyperframe.frame.SettingsFrame):
+                if "ACK" not in frame.flags:
+                    await loop.sock_sendall(sock, _SETTINGS_ACK)
+            elif isinstance(frame, hyperframe.frame.GoAwayFrame):
+                if frame.error_code:
+                    raise ConnectionResetError(f"connection terminated (error code {frame.error_code})")
+            elif frame.stream_id != 1:
+                continue
+            elif isinstance(frame, hyperframe.frame.RstStreamFrame):
+                raise RpcError(13, f"stream reset (error code {frame.error_code})")
+            elif isinstance(frame, hyperframe.frame.HeadersFrame | hyperframe.frame.ContinuationFrame):
+                if isinstance(frame, hyperframe.frame.HeadersFrame):
+                    block_ends_stream = "END_STREAM" in frame.flags
+                block += frame.data
+                if "END_HEADERS" in frame.flags:
+                    headers.update({_text(k): _text(v) for k, v in decoder.decode(bytes(block))})
+                    block.clear()
+                    if block_ends_stream:
+                        return _result(headers, bytes(body))
+            elif isinstance(frame, hyperframe.frame.DataFrame):
+                body += frame.data
+                if "END_STREAM" in frame.flags:
+                    return _result(headers, bytes(body))
         data = await loop.sock_recv(sock, 65536)
         if not data:
             raise ConnectionResetError("connection closed before the response ended")
-        for event in conn.receive_data(data):
-            if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
-                headers.update({str(k): str(v) for k, v in event.headers})
-            elif isinstance(event, h2.events.DataReceived):
-                body += event.data
-                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            elif isinstance(event, h2.events.StreamReset):
-                raise RpcError(13, f"stream reset (error code {event.error_code})")
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                raise ConnectionResetError(f"connection terminated (error code {event.error_code})")
-            elif isinstance(event, h2.events.StreamEnded):
-                return _result(headers, bytes(body))
-        if out := conn.data_to_send():
-            await loop.sock_sendall(sock, out)
+        buf += data
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _result(headers: dict[str, str], body: bytes) -> int:
@@ -196,7 +244,7 @@ async def grpc_probe(host: str, port: int, service: str | None, timeout_seconds:
             return failure("error: this server does not implement the grpc health protocol "
                            f"(grpc.health.v1.Health): {e.message}")
         return failure(f"error: health rpc probe failed: {e}")
-    except (OSError, ValueError, h2.exceptions.ProtocolError) as e:
+    except (OSError, ValueError, hyperframe.exceptions.HyperframeError, hpack.HPACKError) as e:
         return failure(f"error: health rpc probe failed: {e}")
     finally:
         sock.close()
