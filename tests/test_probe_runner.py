@@ -242,3 +242,18 @@ async def test_a_port_that_cannot_be_resolved_is_an_attempt_that_could_not_run(p
     execute: Callable[[float], Any] = make_executor(p, c, ProbeContext(HttpProber(), exec_target=lambda n: None))
     outcome = await execute(1.0)
     assert outcome.verdict.value == "unknown" and outcome.output == message
+
+
+def test_adopted_pods_spread_their_first_probes_over_a_period() -> None:
+    import random
+
+    clock = FakeClock(start=100.0)
+    pp = PodProbes(POD, ProbeContext(HttpProber(), exec_target=lambda name: None), status=lambda n: None,
+                   deleting=lambda: False, on_event=lambda c, e: None, on_kill=lambda c, m, g: None,
+                   on_change=lambda: None, clock=clock, spread=random.Random(7))
+    dues = [r.state.next_due for r in pp.runners.values()]
+    assert all(100.0 <= d < 110.0 for d in dues) and len(set(dues)) == len(dues)
+    fresh = PodProbes(POD, ProbeContext(HttpProber(), exec_target=lambda name: None), status=lambda n: None,
+                      deleting=lambda: False, on_event=lambda c, e: None, on_kill=lambda c, m, g: None,
+                      on_change=lambda: None, clock=clock)
+    assert {r.state.next_due for r in fresh.runners.values()} == {100.0}  # a new pod is probed at once

@@ -19,6 +19,7 @@ action's host or the pod IP (127.0.0.1 for host-process pods) and the port by nu
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -108,7 +109,11 @@ class PodProbes:
         clock: Clock,
         timer: Timer = loop_timer,
         terminal: Callable[[], bool] = lambda: False,
+        spread: random.Random | None = None,
     ) -> None:
+        """`spread`: pass a Random for pods adopted right after an agent start, to spread their
+        first probes over one period (the kubelet sleeps a random part of the period when it has
+        just started), so a restart does not probe every pod in the same instant."""
         self.pod = pod
         self._status = status
         self._deleting = deleting
@@ -126,7 +131,8 @@ class PodProbes:
                                 ("readiness", c.readiness_probe)):
                 if probe is None:
                     continue
-                state = ProbeState(kind, probe, c.name, start=clock.now(),  # type: ignore[arg-type]
+                first = clock.now() + (spread.random() * probe.period_seconds if spread is not None else 0.0)
+                state = ProbeState(kind, probe, c.name, start=first,  # type: ignore[arg-type]
                                    restart_on_failure=c.is_sidecar or not never)
                 self.runners[(c.name, kind)] = ProbeRunner(  # type: ignore[index]
                     state, make_executor(probe, c, ctx), self._viewer(c.name), self._step, clock=clock, timer=timer)
