@@ -295,7 +295,7 @@ ERROR_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("env-name", _set("spec.containers.0.env", [{"name": "A=B", "value": "x"}]),
      'spec.containers[0].env[0].name: Invalid value: "A=B": a valid environment variable name'),
     ("env-value-from", _set("spec.containers.0.env", [{"name": "A", "valueFrom": {}}]),
-     'spec.containers[0].env[0].valueFrom: unknown field "valueFrom"'),
+     'spec.containers[0].env[0].valueFrom: Invalid value: "": must specify one of: `fieldRef`, `resourceFieldRef`'),
     ("env-value-int", _set("spec.containers.0.env", [{"name": "PORT", "value": 8080}]),
      "spec.containers[0].env[0].value: Invalid value: 8080: must be a valid string"),
 ]

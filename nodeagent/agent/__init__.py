@@ -6,6 +6,9 @@ keeps each importing only the ones below it:
     daemon      the composition root: builds everything, owns the long-lived tasks
     api/        report: the HTTP API, /metrics, registration with the control plane
     pods/       act: admission, pod workers, checkpoints, the pod side of eviction
+    lifecycle/  act over decide: postStart/preStop hooks, termination messages, init-container
+                order and the pod phase with init containers and sidecars
+    probes/     act over decide: liveness/readiness/startup probes (pure state, executors, runners)
     eviction/   act over observe/decide: the eviction loop, its wake-ups and pure decisions
     runtime/    act: spawning and supervising container processes, their logs and states
     images/     act: image references, pulls (skopeo), the layer store on imagefs, image GC

@@ -3,7 +3,8 @@
 quantity (Kubernetes resource.Quantity, exact), names (DNS-1123), duration (Go durations),
 errors (field errors), clock (injectable time), timefmt (metav1.Time), model/ (Pod manifests:
 parsing, defaulting, validation), qos (QoS class, criticality, oom_score_adj), resources (pod
-requests, cpu shares/weight/quota, admission fit).
+requests, cpu shares/weight/quota, admission fit), expansion ($(VAR) references), downward (a
+container's environment from its pod: downward API, ConfigMap/Secret keys, envFrom).
 
 May import: the standard library and third-party libraries only; nothing else of nodeagent.
 """

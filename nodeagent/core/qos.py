@@ -34,14 +34,14 @@ _QOS_RESOURCES = ("cpu", "memory")
 def qos_class(pod: Pod) -> QOSClass:
     """GetPodQOS: only cpu and memory count, and only their positive values.
 
-    BestEffort: no positive cpu/memory request or limit anywhere. Guaranteed: every container
-    has positive cpu and memory limits and the pod's summed requests equal its summed limits.
-    Anything else is Burstable.
+    BestEffort: no positive cpu/memory request or limit anywhere (init containers included).
+    Guaranteed: every container (init containers included) has positive cpu and memory limits and
+    the pod's summed requests equal its summed limits. Anything else is Burstable.
     """
     requests: dict[str, Quantity] = {}
     limits: dict[str, Quantity] = {}
     guaranteed = True
-    for c in pod.spec.containers:
+    for c in [*pod.spec.containers, *pod.spec.init_containers]:  # GetPodQOS counts init containers
         for name in _QOS_RESOURCES:
             request = c.resources.requests.get(name)
             if request is not None and request.sign() > 0:
@@ -88,7 +88,7 @@ def oom_score_adj(pod: Pod, container_name: str, memory_capacity_bytes: int) -> 
     """
     if memory_capacity_bytes <= 0:
         raise ValueError(f"memory capacity must be positive, got {memory_capacity_bytes}")
-    container = next((c for c in pod.spec.containers if c.name == container_name), None)
+    container = next((c for c in [*pod.spec.containers, *pod.spec.init_containers] if c.name == container_name), None)
     if container is None:
         raise ValueError(f"pod {pod.key} has no container {container_name!r}")
     if is_node_critical(pod):

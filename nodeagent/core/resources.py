@@ -90,15 +90,41 @@ def _sum_per_resource(lists: Iterable[Mapping[str, Quantity]]) -> dict[str, Quan
     return total
 
 
+def _with_init_containers(pod: Pod, of: str) -> dict[str, Quantity]:
+    """resourcehelper.PodRequests / PodLimits: the app containers and the sidecars run together;
+    each regular init container runs alone beside the sidecars started before it; the pod needs
+    the larger of the two, per resource."""
+    total = _sum_per_resource(getattr(c.resources, of) for c in pod.spec.containers)
+    sidecars: dict[str, Quantity] = {}
+    peak: dict[str, Quantity] = {}
+    for c in pod.spec.init_containers:
+        amounts: Mapping[str, Quantity] = getattr(c.resources, of)
+        if c.is_sidecar:
+            total = _sum_per_resource([total, amounts])
+            sidecars = _sum_per_resource([sidecars, amounts])
+            running = sidecars
+        else:
+            running = _sum_per_resource([amounts, sidecars])
+        for name, q in running.items():
+            if name not in peak or q > peak[name]:
+                peak[name] = q
+    for name, q in peak.items():
+        if name not in total or q > total[name]:
+            total[name] = q
+    return total
+
+
 def pod_requests(pod: Pod) -> dict[str, Quantity]:
-    """Sum of the containers' requests per resource (after defaulting, so limits count too)."""
-    return _sum_per_resource(c.resources.requests for c in pod.spec.containers)
+    """The pod's requests per resource (after defaulting, so limits count too): the containers'
+    sum, or more when an init container (with the sidecars before it) asks for more."""
+    return _with_init_containers(pod, "requests")
 
 
 def pod_limits(pod: Pod) -> dict[str, Quantity]:
-    """Sum of the containers' limits per resource (a resource only some containers limit is
-    still summed; callers deciding pod-level cgroup limits must check every container has one)."""
-    return _sum_per_resource(c.resources.limits for c in pod.spec.containers)
+    """The pod's limits per resource, computed as pod_requests (a resource only some containers
+    limit is still summed; callers deciding pod-level cgroup limits must check every container
+    has one)."""
+    return _with_init_containers(pod, "limits")
 
 
 def _amount(name: str, q: Quantity) -> int:

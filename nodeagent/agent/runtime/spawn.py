@@ -48,6 +48,7 @@ from typing import Any
 
 from nodeagent.agent.node.procfs import has_cap_sys_resource, own_oom_score_adj, process_start_time
 from nodeagent.core.errors import FieldError
+from nodeagent.core.expansion import expand
 
 SETUP_FAILED = 125
 CANNOT_EXECUTE = 126
@@ -109,30 +110,6 @@ class LaunchSpec:
 class Spawned:
     pid: int
     start_time: int  # /proc/<pid>/stat field 22, clock ticks since boot
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion: defined names are replaced, "$$" is "$", the rest stays as written."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "$" and i + 1 < n:
-            nxt = text[i + 1]
-            if nxt == "$":
-                out.append("$")
-                i += 2
-                continue
-            if nxt == "(":
-                end = text.find(")", i + 2)
-                if end != -1:
-                    name = text[i + 2 : end]
-                    out.append(env[name] if name in env else text[i : end + 1])
-                    i = end + 1
-                    continue
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 def container_env(pairs: Iterable[tuple[str, str]], run_as_user: int | None = None) -> dict[str, str]:

@@ -4,13 +4,14 @@
 `nodeagent.core.errors.ValidationErrors` naming every bad field.
 """
 
+from nodeagent.core.model.env import EnvFromSource, EnvVar
+from nodeagent.core.model.lifecycle import Lifecycle, LifecycleHandler
 from nodeagent.core.model.pod import (
     BUILTIN_PRIORITY_CLASSES,
     SYSTEM_CLUSTER_CRITICAL,
     SYSTEM_CRITICAL_PRIORITY,
     SYSTEM_NODE_CRITICAL,
     Container,
-    EnvVar,
     ObjectMeta,
     Pod,
     PodSpec,
@@ -18,6 +19,7 @@ from nodeagent.core.model.pod import (
     SecurityContext,
     Toleration,
 )
+from nodeagent.core.model.probe import Probe
 from nodeagent.core.model.validation import default_requests, parse_pod, pod_errors
 
 __all__ = [
@@ -26,10 +28,14 @@ __all__ = [
     "SYSTEM_CRITICAL_PRIORITY",
     "SYSTEM_NODE_CRITICAL",
     "Container",
+    "EnvFromSource",
     "EnvVar",
+    "Lifecycle",
+    "LifecycleHandler",
     "ObjectMeta",
     "Pod",
     "PodSpec",
+    "Probe",
     "ResourceRequirements",
     "SecurityContext",
     "Toleration",

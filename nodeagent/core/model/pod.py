@@ -2,37 +2,36 @@
 
 Containers run `command` + `args` as host processes (there are no images), so `command` is
 required. Unknown fields are errors naming the field, so typos cannot pass silently; the few
-Kubernetes fields that mean nothing here (image, ports, probes, volumes...) are accepted and kept
-as opaque data, and server-populated metadata and `status` are accepted and dropped.
+Kubernetes fields that mean nothing here yet (image, ports, volumes...) are accepted and kept as
+opaque data, and server-populated metadata and `status` are accepted and dropped. Probes,
+lifecycle hooks, env sources and init containers are typed (probe.py, lifecycle.py, env.py).
 Checks that span fields, defaulting and error conversion live in validation.py.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from nodeagent.core.names import (
-    env_var_name_errors,
-    invalid,
-    quote,
-    validate_dns1123_label,
-    validate_dns1123_subdomain,
-    validate_uid,
+from nodeagent.core.model.base import (
+    Int32,
+    KubeModel,
+    Label,
+    NonNegInt,
+    Subdomain,
+    Text,
+    Uid,
+    UserId,
+    dump,
+    one_of,
 )
+from nodeagent.core.model.env import EnvFromSource, EnvVar
+from nodeagent.core.model.lifecycle import Lifecycle
+from nodeagent.core.model.probe import Probe
 from nodeagent.core.quantity import Quantity, QuantityField
 
 SYSTEM_CLUSTER_CRITICAL = "system-cluster-critical"
@@ -43,47 +42,12 @@ BUILTIN_PRIORITY_CLASSES = {
     SYSTEM_CLUSTER_CRITICAL: SYSTEM_CRITICAL_PRIORITY,
     SYSTEM_NODE_CRITICAL: SYSTEM_CRITICAL_PRIORITY + 1000,
 }
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # ObjectMeta fields the API server fills in; meaningless here, accepted and dropped.
 _IGNORED_METADATA = frozenset(
     {"resourceVersion", "generation", "selfLink", "managedFields", "ownerReferences",
      "finalizers", "generateName", "deletionTimestamp", "deletionGracePeriodSeconds"}
 )
-
-
-def _checked(check: Callable[[str], None]) -> AfterValidator:
-    def run(value: str) -> str:
-        check(value)
-        return value
-
-    return AfterValidator(run)
-
-
-def _one_of(*allowed: str) -> BeforeValidator:
-    """Kubernetes' NotSupported error instead of pydantic's literal message."""
-
-    def run(value: object) -> object:
-        if not isinstance(value, str) or value not in allowed:
-            raise PydanticCustomError(
-                "not_supported",
-                "Unsupported value: {value}: supported values: {supported}",
-                {"value": quote(value), "supported": ", ".join(quote(a) for a in allowed)},
-            )
-        return value
-
-    return BeforeValidator(run)
-
-
-def _no_nul(value: str) -> str:
-    if "\x00" in value:
-        raise PydanticCustomError("invalid", "Invalid value: {v}: must not contain NUL", {"v": quote(value)})
-    return value
-
-
-def _env_name(value: str) -> str:
-    errs = env_var_name_errors(value)
-    if errs:
-        raise PydanticCustomError("invalid", "{m}", {"m": invalid(value, "; ".join(errs))})
-    return value
 
 
 def _require_command(value: list[str]) -> list[str]:
@@ -102,45 +66,27 @@ def _at_least_one_container(value: list[Any]) -> list[Any]:
     return value
 
 
-def _empty_to_none(value: object) -> object:
-    return None if value == {} else value
-
-
-Subdomain = Annotated[str, _checked(validate_dns1123_subdomain)]
-Label = Annotated[str, _checked(validate_dns1123_label)]
-Uid = Annotated[str, _checked(validate_uid)]
-Text = Annotated[str, AfterValidator(_no_nul)]
-Int32 = Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
-UserId = Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)]
-Opaque = Annotated[dict[str, Any] | None, BeforeValidator(_empty_to_none)]
-RestartPolicy = Annotated[Literal["Always", "OnFailure", "Never"], _one_of("Always", "OnFailure", "Never")]
-TolerationOperator = Annotated[Literal["Exists", "Equal"], _one_of("Exists", "Equal")]
+RestartPolicy = Annotated[Literal["Always", "OnFailure", "Never"], one_of("Always", "OnFailure", "Never")]
+# Container-level restartPolicy: only "Always", only on init containers (sidecars).
+ContainerRestartPolicy = Annotated[Literal["Always"], one_of("Always")]
+TerminationMessagePolicy = Annotated[
+    Literal["File", "FallbackToLogsOnError"], one_of("File", "FallbackToLogsOnError")
+]
+TolerationOperator = Annotated[Literal["Exists", "Equal"], one_of("Exists", "Equal")]
 TaintEffect = Annotated[
     Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""],
-    _one_of("NoSchedule", "PreferNoSchedule", "NoExecute", ""),
+    one_of("NoSchedule", "PreferNoSchedule", "NoExecute", ""),
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", populate_by_name=True, alias_generator=to_camel
-    )
-
-
-class EnvVar(_Model):
-    name: Annotated[str, AfterValidator(_env_name)]
-    value: Text = ""
-
-
-class ResourceRequirements(_Model):
+class ResourceRequirements(KubeModel):
     """After parse_pod: a limit without a request has set the request (Kubernetes defaulting)."""
 
     requests: dict[str, QuantityField] = {}
     limits: dict[str, QuantityField] = {}
 
 
-class Container(_Model):
+class Container(KubeModel):
     name: Label
     command: Annotated[
         list[Text], Field(default_factory=list, validate_default=True), AfterValidator(_require_command)
@@ -149,13 +95,36 @@ class Container(_Model):
     env: list[EnvVar] = []
     working_dir: Text | None = None
     resources: ResourceRequirements = ResourceRequirements()
+    env_from: list[EnvFromSource] = []
+    liveness_probe: Probe | None = None
+    readiness_probe: Probe | None = None
+    startup_probe: Probe | None = None
+    lifecycle: Lifecycle | None = None
+    termination_message_path: Text = DEFAULT_TERMINATION_MESSAGE_PATH
+    termination_message_policy: TerminationMessagePolicy = "File"
+    restart_policy: ContainerRestartPolicy | None = None  # init containers only: a sidecar
     # Kubernetes fields with no meaning here: kept as given, never acted on.
     image: str | None = None
     image_pull_policy: str | None = None
     ports: list[dict[str, Any]] = []
     volume_mounts: list[dict[str, Any]] = []
-    liveness_probe: Opaque = None
-    readiness_probe: Opaque = None
+
+    _written_when_set: ClassVar[frozenset[str]] = frozenset(
+        {"termination_message_path", "termination_message_policy"}
+    )
+
+    @property
+    def is_sidecar(self) -> bool:
+        """A restartable init container (restartPolicy: Always)."""
+        return self.restart_policy == "Always"
+
+    def named_port(self, name: str) -> int | None:
+        """The containerPort of `ports[].name == name` (ports stay opaque data)."""
+        for port in self.ports:
+            number = port.get("containerPort")
+            if port.get("name") == name and type(number) is int:
+                return number
+        return None
 
     @property
     def requests(self) -> dict[str, Quantity]:
@@ -166,12 +135,12 @@ class Container(_Model):
         return self.resources.limits
 
 
-class SecurityContext(_Model):
+class SecurityContext(KubeModel):
     run_as_user: UserId | None = None
     run_as_group: UserId | None = None
 
 
-class Toleration(_Model):
+class Toleration(KubeModel):
     key: str | None = None
     operator: TolerationOperator = "Equal"
     value: str | None = None
@@ -179,8 +148,9 @@ class Toleration(_Model):
     toleration_seconds: Annotated[int, Field(strict=True)] | None = None
 
 
-class PodSpec(_Model):
+class PodSpec(KubeModel):
     containers: Annotated[list[Container], AfterValidator(_at_least_one_container)]
+    init_containers: list[Container] = []
     restart_policy: RestartPolicy = "Always"
     priority: Int32 = 0
     priority_class_name: Subdomain | None = None
@@ -189,6 +159,7 @@ class PodSpec(_Model):
     node_selector: dict[str, str] = {}
     tolerations: list[Toleration] = []
     node_name: Subdomain | None = None
+    service_account_name: Subdomain | None = None
     volumes: list[dict[str, Any]] = []  # opaque, so that volumeMounts stay meaningful to readers
 
     @model_validator(mode="before")
@@ -202,7 +173,7 @@ class PodSpec(_Model):
         return data
 
 
-class ObjectMeta(_Model):
+class ObjectMeta(KubeModel):
     name: Subdomain
     namespace: Label = "default"
     uid: Annotated[Uid, Field(default_factory=lambda: str(uuid.uuid4()))]
@@ -218,9 +189,9 @@ class ObjectMeta(_Model):
         return data
 
 
-class Pod(_Model):
-    api_version: Annotated[Literal["v1"], _one_of("v1")]
-    kind: Annotated[Literal["Pod"], _one_of("Pod")]
+class Pod(KubeModel):
+    api_version: Annotated[Literal["v1"], one_of("v1")]
+    kind: Annotated[Literal["Pod"], one_of("Pod")]
     metadata: ObjectMeta
     spec: PodSpec
 
@@ -238,30 +209,6 @@ class Pod(_Model):
 
     def to_dict(self) -> dict[str, Any]:
         """Kubernetes-shaped camelCase dict: quantities as canonical strings, no None or empties."""
-        out = _dump(self)
+        out = dump(self)
         assert isinstance(out, dict)
         return out
-
-
-def _dump(obj: object) -> object:
-    if isinstance(obj, BaseModel):
-        out: dict[str, object] = {}
-        for name, field in type(obj).model_fields.items():
-            value = getattr(obj, name)
-            if value is None or (isinstance(value, (list, dict)) and not value):
-                continue
-            if isinstance(value, BaseModel) and value == field.default:
-                continue  # e.g. resources: {} (parsing it back gives the same default)
-            out[field.alias or name] = _dump(value)
-        return out
-    if isinstance(obj, list):
-        return [_dump(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: _dump(v) for k, v in obj.items()}
-    if isinstance(obj, Quantity):
-        return str(obj)
-    if isinstance(obj, datetime):
-        if obj.tzinfo is not None and obj.utcoffset() == UTC.utcoffset(None):
-            return obj.replace(tzinfo=None).isoformat() + "Z"
-        return obj.isoformat()
-    return obj

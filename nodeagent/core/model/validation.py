@@ -12,7 +12,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from nodeagent.core.errors import FieldError, ValidationErrors, format_loc
-from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Pod, ResourceRequirements
+from nodeagent.core.model.env import env_from_errors, env_var_errors
+from nodeagent.core.model.lifecycle import lifecycle_errors
+from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Container, Pod, ResourceRequirements
+from nodeagent.core.model.probe import probe_errors
 from nodeagent.core.names import (
     container_resource_name_errors,
     invalid,
@@ -48,15 +51,23 @@ def parse_pod(manifest: Mapping[str, Any]) -> Pod:
 
 
 def default_requests(pod: Pod) -> Pod:
-    """A limit without a request sets the request, per resource (Kubernetes defaulting)."""
-    containers = []
-    for c in pod.spec.containers:
-        missing = {k: v for k, v in c.resources.limits.items() if k not in c.resources.requests}
-        if missing:
-            resources = c.resources.model_copy(update={"requests": {**c.resources.requests, **missing}})
-            c = c.model_copy(update={"resources": resources})
-        containers.append(c)
-    return pod.model_copy(update={"spec": pod.spec.model_copy(update={"containers": containers})})
+    """A limit without a request sets the request, per resource (Kubernetes defaulting), in
+    app and init containers alike."""
+
+    def defaulted(containers: list[Container]) -> list[Container]:
+        out = []
+        for c in containers:
+            missing = {k: v for k, v in c.resources.limits.items() if k not in c.resources.requests}
+            if missing:
+                resources = c.resources.model_copy(update={"requests": {**c.resources.requests, **missing}})
+                c = c.model_copy(update={"resources": resources})
+            out.append(c)
+        return out
+
+    update: dict[str, Any] = {"containers": defaulted(pod.spec.containers)}
+    if pod.spec.init_containers:
+        update["init_containers"] = defaulted(pod.spec.init_containers)
+    return pod.model_copy(update={"spec": pod.spec.model_copy(update=update)})
 
 
 def pod_errors(pod: Pod) -> list[FieldError]:
@@ -65,11 +76,20 @@ def pod_errors(pod: Pod) -> list[FieldError]:
     errs += _map_errors("metadata.labels", pod.metadata.labels)
     errs += _annotation_errors(pod.metadata.annotations)
     seen: set[str] = set()
+    grace = pod.spec.termination_grace_period_seconds
     for i, c in enumerate(pod.spec.containers):
         if c.name in seen:
             errs.append(FieldError(f"spec.containers[{i}].name", f"Duplicate value: {quote(c.name)}"))
         seen.add(c.name)
         errs += _resource_errors(f"spec.containers[{i}].resources", c.resources)
+        errs += _container_errors(f"spec.containers[{i}]", c, grace, init=False)
+    for i, c in enumerate(pod.spec.init_containers):
+        # validateInitContainers: names are unique across init and app containers
+        if c.name in seen:
+            errs.append(FieldError(f"spec.initContainers[{i}].name", f"Duplicate value: {quote(c.name)}"))
+        seen.add(c.name)
+        errs += _resource_errors(f"spec.initContainers[{i}].resources", c.resources)
+        errs += _container_errors(f"spec.initContainers[{i}]", c, grace, init=True)
     errs += _map_errors("spec.nodeSelector", pod.spec.node_selector)
     errs += _toleration_errors(pod)
     builtin = BUILTIN_PRIORITY_CLASSES.get(pod.spec.priority_class_name or "")
@@ -84,6 +104,33 @@ def pod_errors(pod: Pod) -> list[FieldError]:
                 ),
             )
         )
+    return errs
+
+
+_INIT_ONLY_WITH_ALWAYS = "Forbidden: may not be set for init containers without restartPolicy=Always"
+
+
+def _container_errors(path: str, c: Container, grace: int, *, init: bool) -> list[FieldError]:
+    """Probes, lifecycle, env sources and the container restartPolicy (validateContainers /
+    validateInitContainers): a regular init container may have no probe and no lifecycle."""
+    errs: list[FieldError] = []
+    for i, var in enumerate(c.env):
+        errs += env_var_errors(f"{path}.env[{i}]", var)
+    errs += env_from_errors(f"{path}.envFrom", c.env_from)
+    if c.restart_policy is not None and not init:
+        errs.append(FieldError(f"{path}.restartPolicy", "Forbidden: may not be set for non-init containers"))
+    probes = (("livenessProbe", c.liveness_probe, "liveness"), ("readinessProbe", c.readiness_probe, "readiness"),
+              ("startupProbe", c.startup_probe, "startup"))
+    if init and not c.is_sidecar:
+        if c.lifecycle is not None:
+            errs.append(FieldError(f"{path}.lifecycle", _INIT_ONLY_WITH_ALWAYS))
+        errs += [FieldError(f"{path}.{alias}", _INIT_ONLY_WITH_ALWAYS) for alias, p, _ in probes if p is not None]
+        return errs
+    if c.lifecycle is not None:
+        errs += lifecycle_errors(f"{path}.lifecycle", c.lifecycle, grace)
+    for alias, p, kind in probes:
+        if p is not None:
+            errs += probe_errors(f"{path}.{alias}", p, kind)  # type: ignore[arg-type]
     return errs
 
 

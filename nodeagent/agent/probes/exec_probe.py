@@ -1,0 +1,173 @@
+"""Run a command inside a container as an exec probe or hook does: its cgroup, env, identity.
+
+The command is started through the container spawn shim (runtime/spawn.py), so it joins the
+container's cgroup(s) and takes its oom_score_adj before it execs: it is accounted to, and
+limited with, the container. Its stdout and stderr go to a pipe the agent reads on the event
+loop (the shim's log "file" is the pipe's write end, opened by the child through
+/proc/self/fd/N before it execs), keeping the first 10 KiB as the kubelet does. The exit is
+seen through a pidfd on the loop: nothing blocks and no thread is involved.
+
+Timeout: the process group is SIGKILLed and the result is the kubelet's `command "..." timed
+out`. Cancellation (the prober stopping) kills it the same way and reaps it in the background.
+Processes that left the group (setsid) are not chased: they live in the container's cgroup,
+which the container's own end cleans up. A shim that could not set the command up (exit 125,
+e.g. the cgroup is gone) means the probe could not run: Verdict.UNKNOWN, not a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, unknown
+from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
+from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn
+from nodeagent.agent.runtime.state import decode_wait_status
+from nodeagent.core.names import quote
+
+log = structlog.get_logger(__name__)
+
+Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
+
+
+@dataclass(frozen=True)
+class ExecTarget:
+    """The container an exec runs in."""
+
+    cgroup: CgroupHandle | None
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str = "/"
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    oom_score_adj: int | None = None
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None  # None when it timed out
+    output: bytes
+    timed_out: bool = False
+
+
+class _Running:
+    """One spawned exec: its pidfd and output pipe, watched on the loop."""
+
+    def __init__(self, pid: int, pidfd: int, read_fd: int) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.read_fd = read_fd
+        self.output = bytearray()
+        self.timed_out = False
+        self.loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[int] = self.loop.create_future()
+        self.loop.add_reader(read_fd, self._read)
+        self.loop.add_reader(pidfd, self._reap)
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.read_fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close_pipe()
+            return
+        room = MAX_OUTPUT - len(self.output)
+        if room > 0:
+            self.output += data[:room]
+
+    def _close_pipe(self) -> None:
+        if self.read_fd >= 0:
+            self.loop.remove_reader(self.read_fd)
+            os.close(self.read_fd)
+            self.read_fd = -1
+
+    def _reap(self) -> None:
+        try:
+            wpid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            wpid, status = self.pid, 0
+        if wpid == 0:
+            return
+        self.loop.remove_reader(self.pidfd)
+        os.close(self.pidfd)
+        self.pidfd = -1
+        if self.read_fd >= 0:  # what is already in the pipe; not waiting for EOF (a child may hold it)
+            with contextlib.suppress(BlockingIOError, OSError):
+                while self.read_fd >= 0 and len(self.output) < MAX_OUTPUT:
+                    chunk = os.read(self.read_fd, 65536)
+                    if not chunk:
+                        break
+                    self.output += chunk[: MAX_OUTPUT - len(self.output)]
+            self._close_pipe()
+        code, _ = decode_wait_status(status)
+        if not self.exited.done():
+            self.exited.set_result(code)
+
+    def time_out(self) -> None:
+        self.timed_out = True
+        self.kill()
+
+    def kill(self) -> None:
+        if self.pidfd < 0:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+async def run_in_container(
+    command: Sequence[str], target: ExecTarget, timeout_seconds: float | None, *, spawner: Spawner = spawn
+) -> ExecResult:
+    """Run `command` in the container; returns its exit code and first 10 KiB of output.
+
+    OSError / ValueError if it cannot be started at all.
+    """
+    spec = LaunchSpec(tuple(command), dict(target.env), target.working_dir, target.run_as_user,
+                      target.run_as_group)
+    files = target.cgroup.procs_files() if target.cgroup is not None else []
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        try:
+            spawned = spawner(spec, f"/proc/self/fd/{write_fd}", files, target.oom_score_adj)
+        finally:
+            os.close(write_fd)
+        pidfd = os.pidfd_open(spawned.pid)
+    except BaseException:
+        os.close(read_fd)
+        raise
+    proc = _Running(spawned.pid, pidfd, read_fd)
+    timer = proc.loop.call_later(timeout_seconds, proc.time_out) if timeout_seconds is not None else None
+    try:
+        code = await proc.exited  # a timeout kills the process, and the exit follows
+    except asyncio.CancelledError:
+        proc.kill()  # _reap still runs when it dies and closes both descriptors
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return ExecResult(None if proc.timed_out else code, bytes(proc.output), timed_out=proc.timed_out)
+
+
+async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds: float, *,
+                     spawner: Spawner = spawn) -> ProbeOutcome:
+    """The exec probe: exit 0 is success; any other exit a failure with the output."""
+    try:
+        res = await run_in_container(command, target, timeout_seconds, spawner=spawner)
+    except (OSError, ValueError) as e:
+        return unknown(f"cannot start {list(command)}: {e}")
+    text = res.output.decode("utf-8", "replace")
+    if res.timed_out:
+        return failure(f"command {quote(' '.join(command))} timed out")
+    if res.exit_code == 0:
+        return success(text)
+    if res.exit_code == SETUP_FAILED and text.startswith("nodeagent-shim:"):
+        return unknown(text.strip())
+    return failure(text)
