@@ -50,8 +50,9 @@ def json_patch(document: Any, operations: Any) -> Any:
     if not isinstance(operations, list):
         raise PatchError("json patch must be a JSON array of operations")
     if len(operations) > MAX_OPERATIONS:
-        raise PatchError(f"the allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {len(operations)}",
-                         UNPROCESSABLE)
+        raise PatchError(
+            f"the allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {len(operations)}", UNPROCESSABLE
+        )
     for i, op in enumerate(operations):
         if not isinstance(op, dict):
             raise PatchError(f"json patch operation at index {i} must be a JSON object, not {shown(op, 60)}")
@@ -65,8 +66,10 @@ def _apply_one(doc: Any, op: dict[str, Any], index: int) -> Any:
     name = op.get("op")
     where = f"json patch operation at index {index}"
     if not isinstance(name, str) or name not in _OPERATIONS:
-        raise PatchError(f"{where}: unexpected kind: {shown(name, 60)} (want add, remove, replace, move, copy or test)",
-                         UNPROCESSABLE)
+        raise PatchError(
+            f"{where}: unexpected kind: {shown(name, 60)} (want add, remove, replace, move, copy or test)",
+            UNPROCESSABLE,
+        )
     path = op.get("path")
     if not isinstance(path, str):
         raise PatchError(f"{where} ({name}): path must be a string", UNPROCESSABLE)

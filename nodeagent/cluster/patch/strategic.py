@@ -229,13 +229,25 @@ def _find(items: list[Any], merge_key: str, value: Any, by_ident: bool = False) 
     return -1
 
 
-def _merge_list(original: list[Any], patch: list[Any], item_schema: Schema | None, merge_key: str | None,
-                delete_list: bool, depth: int) -> list[Any]:
+def _merge_list(
+    original: list[Any],
+    patch: list[Any],
+    item_schema: Schema | None,
+    merge_key: str | None,
+    delete_list: bool,
+    depth: int,
+) -> list[Any]:
     return _merge_list_view(original, patch, item_schema, merge_key, delete_list, depth)[0]
 
 
-def _merge_list_view(original: list[Any], patch: list[Any], item_schema: Schema | None, merge_key: str | None,
-                     delete_list: bool, depth: int) -> tuple[list[Any], list[Any]]:
+def _merge_list_view(
+    original: list[Any],
+    patch: list[Any],
+    item_schema: Schema | None,
+    merge_key: str | None,
+    delete_list: bool,
+    depth: int,
+) -> tuple[list[Any], list[Any]]:
     """The merged list, and what the caller's `original` reads afterwards.
 
     Upstream merges lists of maps in place on the original's Go slice: deleting an item shifts the
@@ -271,7 +283,7 @@ def _merge_list_view(original: list[Any], patch: list[Any], item_schema: Schema 
             while (k := _find(current, merge_key, want, by_ident=True)) >= 0:
                 n = len(current)
                 del current[k]
-                backing[k:n - 1] = backing[k + 1:n]
+                backing[k : n - 1] = backing[k + 1 : n]
         elif directive == "replace":
             replace = True
         elif directive == "merge":
@@ -336,7 +348,7 @@ def _order(merged: list[Any], patch_order: list[Any], server_order: list[Any], m
         deleting = []
     in_patch.sort(key=lambda v: _position(patch_order, v, merge_key))
     in_patch += deleting
-    server_only.sort(key=lambda v: (p if (p := _position(server_order, v, merge_key)) >= 0 else len(server_order)))
+    server_only.sort(key=lambda v: p if (p := _position(server_order, v, merge_key)) >= 0 else len(server_order))
     out: list[Any] = []
     i = j = 0
     while i < len(server_only) or j < len(in_patch):
