@@ -16,9 +16,14 @@ resourceVersion, generation, creationTimestamp, managedFields ...), skip `ignore
 (what the kind's strategy resets, e.g. `status` for the main resource), stamp `now` on the entry
 of a write that changed something, and cap Update entries at ten. Pure: `now` is the caller's
 RFC 3339 time (from the injectable clock).
-Not done: apiVersion conversion between managers' versions (each kind is served at one version),
-and the `kubectl.kubernetes.io/last-applied-configuration` annotation (kubectl's client-side apply
-keeps it itself).
+Differences: where removing fields empties a map or struct, it disappears (upstream's walk leaves a
+JSON null there, which the typed conversion of a built-in kind then drops: the same stored object);
+a create records the parents it adds as owned (see docs/architecture.md). Not done: apiVersion
+conversion between managers' versions (each kind is served at one version), and the
+`kubectl.kubernetes.io/last-applied-configuration` annotation (kubectl's client-side apply keeps it).
+Checked locally (not in CI: it reads upstream's Go test sources) against structured-merge-diff's
+merge tests: of the 62 single-version cases, 59 give upstream's object and conflicts, the other 3
+differ only by those nulls.
 """
 
 from __future__ import annotations
