@@ -197,6 +197,31 @@ def _zero(schema: Schema) -> Any:
     return None
 
 
+def _info(schema: Schema) -> tuple[Shape, str | None]:
+    """(shape, format) of a node, computed once per node."""
+    cache = schema.cache
+    if cache is None:
+        cache = schema.cache = {}
+    info: tuple[Shape, str | None] | None = cache.get("validation")
+    if info is None:
+        info = cache["validation"] = (schema.shape, schema.format)
+    return info
+
+
+def _plain_scalar(schema: Schema, value: Any) -> bool:
+    """A value that needs no check: a string without format, a boolean, an int64 integer."""
+    shape, fmt = _info(schema)
+    kind = type(value)
+    if shape is Shape.STRING:
+        return kind is str and fmt is None
+    if shape is Shape.BOOLEAN:
+        return kind is bool
+    if shape is Shape.INTEGER and kind is int:
+        low, high = INT32 if fmt == "int32" else INT64
+        return bool(low <= value <= high)
+    return False
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -220,7 +245,7 @@ class _Walker:
         if depth > MAX_DEPTH:
             self.errors.append(FieldValueError(fpath, f"nested deeper than {MAX_DEPTH} levels"))
             return value
-        shape = schema.shape
+        shape = _info(schema)[0]
         if shape == Shape.STRUCT:
             return self._struct(schema, value, upath, fpath, depth)
         if shape == Shape.MAP:
@@ -253,21 +278,23 @@ class _Walker:
             repeat = key in seen
             seen.add(key)
             child = self._field(schema, key)
-            sub = _join(upath, key)
             if child is None:
                 if preserve:
                     out[key] = value[key]
                 elif not repeat:
-                    self.problems.append(f'unknown field "{sub}"')
+                    self.problems.append(f'unknown field "{_join(upath, key)}"')
                 continue
             if repeat:
-                self.problems.append(f'duplicate field "{sub}"')
+                self.problems.append(f'duplicate field "{_join(upath, key)}"')
             if last is not None and last[key] != i:
                 continue
             item = value[key]
             if item is None:
                 continue  # Go leaves the zero value, which is not written back
-            out[key] = self.walk(child, item, sub, _join(fpath, key), depth + 1)
+            if _plain_scalar(child, item):
+                out[key] = item
+                continue
+            out[key] = self.walk(child, item, _join(upath, key), _join(fpath, key), depth + 1)
         return out
 
     def _map(self, schema: Schema, value: Any, upath: str, fpath: str, depth: int) -> Any:
