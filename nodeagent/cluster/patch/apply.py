@@ -275,14 +275,18 @@ def update(
     ignored: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`new` (what a create, update or non-apply patch will store) with the managedFields that
-    record `manager`'s write. Managed fields the client sent in `new` replace the live ones when
-    they can be read and are not empty, as upstream."""
+    record `manager`'s write. As upstream: managed fields the client sent in `new` replace the
+    live ones when they can be read and are not empty (not on a subresource); `[{}]` clears them."""
     prefixes = _prefixes(ignored)
-    try:
-        managers = _managers(new)
-    except FieldError:
-        managers = {}
-    if not managers:
+    sent = (new.get("metadata") or {}).get("managedFields") if isinstance(new.get("metadata"), dict) else None
+    clear = sent == [{}]
+    managers: Managers = {}
+    if not clear and not subresource:
+        try:
+            managers = _managers(new)
+        except FieldError:
+            managers = {}
+    if not managers and not clear:
         try:
             managers = _managers(live) if live is not None else {}
         except FieldError:
