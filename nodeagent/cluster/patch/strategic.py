@@ -26,7 +26,8 @@ Deliberate differences, where upstream's behaviour is an accident of Go:
 Errors name the problem (PatchError; 400 for a malformed patch, 422 for lists of lists).
 Checked locally (not in CI: it reads upstream's Go test sources) against the 256 patch
 applications of apimachinery's strategicpatch tests run on their test schema: all give upstream's
-result, list order included; the tests here are our own cases of the same behaviours.
+result, list order included (or fail where upstream expects an error); the tests here are our own
+cases of the same behaviours.
 """
 
 from __future__ import annotations
