@@ -252,5 +252,13 @@ def test_bottom_up_sets_match_the_reference(data: st.DataObject, kind: str) -> N
     a = _mutate(POD, data)
     b = _mutate(a, data)
     assert _outcome(field_set, b, schema) == _outcome(ref_field_set, b, schema)
-    for lhs, rhs in ((a, b), (ABSENT, b), (a, ABSENT), (a, a)):
-        assert _outcome(compare, lhs, rhs, schema) == _outcome(ref_compare, lhs, rhs, schema)
+    for lhs, rhs in ((a, b), (ABSENT, b), (a, ABSENT)):
+        if lhs == rhs:
+            continue  # equal values: compare skips them without a walk (see below)
+        want = _outcome(ref_compare, lhs, rhs, schema)
+        if isinstance(want, tuple):
+            continue  # unreadable somewhere: compare may not walk there (equal subtrees are skipped)
+        assert _outcome(compare, lhs, rhs, schema) == want
+    # an unchanged value has no differences, even one the walk could not read (a list-map item
+    # without its key: the kind's validation reports that)
+    assert _outcome(compare, a, copy.deepcopy(a), schema) == [[], [], []]

@@ -303,6 +303,10 @@ def _compare(lhs: Any, rhs: Any, schema: Schema | None, depth: int) -> _Diff:
     lnode, rnode = resolve(schema, lhs), resolve(schema, rhs)
     if lnode.kind != rnode.kind or rnode.kind == Kind.LEAF or (_empty(lhs) and _empty(rhs)):
         return _leaf(lhs, rhs)
+    if lhs == rhs:
+        # an unchanged subtree, found at C speed (Python's == takes true for 1 only where the
+        # schema allows both, i.e. in free-form values, which are leaves compared exactly above)
+        return _NO_DIFF
     sides: tuple[_Tries, _Tries, _Tries] = (_Tries(), _Tries(), _Tries())
     if rnode.kind in (Kind.STRUCT, Kind.MAP):
         for key, lv in lhs.items():
