@@ -19,7 +19,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from nodeagent.cluster.patch.apply import ApplyConflict, apply, update
 from nodeagent.cluster.patch.strategic import strategic_merge_patch
+from nodeagent.cluster.schema.decode import decode
 from nodeagent.cluster.schema.definitions import definitions
 from nodeagent.cluster.schema.model import Gvk
 from nodeagent.cluster.schema.openapi import ServedResource, Subresource, openapi_documents
@@ -49,6 +51,9 @@ class FakeServer:
         self.docs = openapi_documents(SERVED)
         self.requests: list[tuple[str, str, str, bytes]] = []  # method, path with query, content type, body
         self.patched: dict[str, Any] | None = None
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "default"}, "data": {"a": "1"}}
+        self.configmap = update(None, cm, definitions().by_gvk(Gvk("", "v1", "ConfigMap")), manager="kubectl-create",
+                                api_version="v1", now="2024-05-01T12:00:00Z")
 
     def _resources(self, gv: str, group: str) -> dict[str, Any]:
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": [
@@ -79,6 +84,19 @@ class FakeServer:
             return web.Response(body=doc.body, content_type="application/json", headers={"ETag": doc.etag})
         if path == "/api/v1/namespaces/default/pods/p" and req.method == "GET":
             return web.json_response(live_pod())
+        if path == "/api/v1/namespaces/default/configmaps/cm" and req.method == "GET":
+            return web.json_response(self.configmap)
+        if path == "/api/v1/namespaces/default/configmaps/cm" and req.method == "PATCH":
+            config = decode(body, req.content_type).value
+            try:
+                self.configmap = apply(self.configmap, config, definitions().by_gvk(Gvk("", "v1", "ConfigMap")),
+                                       manager=req.query["fieldManager"], api_version="v1", now="2024-05-01T12:00:01Z",
+                                       force=req.query.get("force") == "true")
+            except ApplyConflict as e:  # the Status kube-apiserver answers (the API's job; here to see kubectl read it)
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                          "message": e.message, "reason": "Conflict", "code": 409,
+                                          "details": {"causes": e.causes()}}, status=409)
+            return web.json_response(self.configmap)
         if req.method == "PATCH":
             self.patched = strategic_merge_patch(live_pod(), json.loads(body), definitions().by_gvk(Gvk("", "v1", "Pod")))
             return web.json_response(self.patched)
@@ -102,13 +120,13 @@ async def server() -> Any:
         await test_server.close()
 
 
-async def kubectl(server: Any, tmp_path: Path, *args: str, stdin: bytes | None = None) -> str:
+async def kubectl(server: Any, tmp_path: Path, *args: str, stdin: bytes | None = None, rc: int = 0) -> str:
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)}
     proc = await asyncio.create_subprocess_exec(
         str(KUBECTL), "--server", server.url, "--cache-dir", str(tmp_path / "cache"), *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     out, _ = await asyncio.wait_for(proc.communicate(stdin), timeout=60)
-    assert proc.returncode == 0, out.decode()
+    assert proc.returncode == rc, out.decode()
     return out.decode()
 
 
@@ -153,3 +171,17 @@ spec:
     assert [c["name"] for c in containers] == ["b", "c", "a", "sidecar"]
     assert next(c for c in containers if c["name"] == "a")["env"] == [{"name": "Z", "value": "2"}]
     assert next(c for c in containers if c["name"] == "b")["image"] == "busybox:2"
+
+
+async def test_server_side_apply_conflicts_and_force(server: Any, tmp_path: Path) -> None:
+    config = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: default}\ndata: {a: '2', b: '3'}\n"
+    out = await kubectl(server, tmp_path, "apply", "--server-side", "-f", "-", stdin=config, rc=1)
+    assert 'Apply failed with 1 conflict: conflict with "kubectl-create" using v1: .data.a' in out
+    patch = next((path, ctype) for method, path, ctype, _ in server.requests if method == "PATCH")
+    assert patch[1] == "application/apply-patch+yaml"
+    assert "fieldManager=kubectl" in patch[0] and "fieldValidation=Strict" in patch[0] and "force=false" in patch[0]
+    out = await kubectl(server, tmp_path, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=config)
+    assert "configmap/cm serverside-applied" in out
+    assert server.configmap["data"] == {"a": "2", "b": "3"}
+    managers = {e["manager"]: e["fieldsV1"] for e in server.configmap["metadata"]["managedFields"]}
+    assert managers == {"kubectl": {"f:data": {"f:a": {}, "f:b": {}}}, "kubectl-create": {"f:data": {}}}  # the map itself
