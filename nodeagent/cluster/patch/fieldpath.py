@@ -49,7 +49,7 @@ class PathElement:
 
     @classmethod
     def field(cls, name: str) -> PathElement:
-        return cls(FIELD, name)
+        return _field_element(name)
 
     @classmethod
     def key(cls, fields: Mapping[str, Any]) -> PathElement:
@@ -224,7 +224,9 @@ class FieldSet:
     def to_fields_v1(self) -> dict[str, Any]:
         """The fieldsV1 trie (a fresh dict; the encoding is computed once per set)."""
         if self._v1 is None:
-            self._v1 = json.dumps(self._emit(include_self=False), separators=(",", ":"), ensure_ascii=False)
+            emitted = self._emit(include_self=False)
+            self._v1 = json.dumps(emitted, separators=(",", ":"), ensure_ascii=False)
+            return emitted  # the caller may change it: the cache keeps the text
         result: dict[str, Any] = json.loads(self._v1)
         return result
 
@@ -270,6 +272,12 @@ class FieldSet:
 
 
 EMPTY = FieldSet()
+
+
+@functools.lru_cache(maxsize=16384)
+def _field_element(name: str) -> PathElement:
+    """Field elements are made for every field of every object walked: made once per name."""
+    return PathElement(FIELD, name)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -269,9 +269,10 @@ def _one_sided(value: Any, node: Node, depth: int) -> FieldSet:
         for key, v in value.items():
             pe = PathElement.field(key)
             members.add(pe)
-            below = _one_sided(v, resolve(child_schema(node, key), v), depth + 1)
-            if not below.empty:
-                children[pe] = below
+            if v and isinstance(v, dict | list):  # scalars and empty values have nothing below
+                below = _one_sided(v, resolve(child_schema(node, key), v), depth + 1)
+                if not below.empty:
+                    children[pe] = below
         return FieldSet(frozenset(members), children)
     elements = _elements(node, value, ())
     counts: dict[PathElement, int] = {}
@@ -280,7 +281,7 @@ def _one_sided(value: Any, node: Node, depth: int) -> FieldSet:
     items = item_schema(node)
     for pe, item in zip(elements, value, strict=True):
         members.add(pe)
-        if counts[pe] == 1:
+        if counts[pe] == 1 and item and isinstance(item, dict | list):
             below = _one_sided(item, resolve(items, item), depth + 1)
             if not below.empty:
                 children[pe] = below
