@@ -22,6 +22,7 @@ from nodeagent.agent.config.settings import load_config, load_default_config
 from nodeagent.cli import render
 from nodeagent.cli.client import SOCKET_NAME, AgentError, Client, Target
 from nodeagent.daemonkit.configfile import ConfigError
+from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 DEFAULT_CONFIG = "/etc/nodeagent/config.yaml"
 FOLLOW_WINDOW = 1000  # lines re-read per poll to find where the previous poll ended
@@ -215,12 +216,8 @@ def read_manifests(path: str, stdin: TextIO | None = None) -> list[dict[str, Any
         raise UsageError(f"cannot read {source}: {getattr(e, 'strerror', None) or e}") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UsageError(f"{source}: invalid YAML: {e.problem or e}{where}") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{source}: invalid YAML: {e}") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise UsageError(f"{source}: {YamlProblem.of(e)}") from None
     objects: list[dict[str, Any]] = []
     for i, doc in enumerate(docs, 1):
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]

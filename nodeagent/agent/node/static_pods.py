@@ -26,6 +26,7 @@ import yaml
 
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.model import Pod, parse_pod
+from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 log = structlog.get_logger(__name__)
 
@@ -112,13 +113,8 @@ def _load(path: Path) -> Any:
         return yaml.safe_load(raw.decode("utf-8"))  # JSON is YAML
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8: {e.reason} at byte {e.start}") from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = ", ".join(p for p in (e.context, e.problem) if p)
-        raise ValueError(f"invalid YAML: {what}{where}") from None
     except (yaml.YAMLError, RecursionError) as e:
-        raise ValueError(f"invalid YAML: {e}") from None
+        raise ValueError(str(YamlProblem.of(e))) from None
 
 
 @dataclass(frozen=True)
