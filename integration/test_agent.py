@@ -471,9 +471,9 @@ def test_malformed_requests_are_refused_and_the_agent_carries_on(agent: AgentPro
     assert post(b"a: &a [1]\nb: *a\n", "application/yaml")[0] == 400
     assert post(b"{" * 100_000)[0] == 400
     status, body = post(b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": 7}}')
-    assert status == 400 and body["reason"] == "Invalid", body
+    assert status == 422 and body["reason"] == "Invalid", body
     status, body = agent.create(pod_manifest("BAD_NAME", SLEEP))
-    assert status == 400, body
+    assert status == 422, body
     status, body = agent.request("POST", "/api/v1/pods", b'{"kind": "Pod"}', auth=False)
     assert status == 401, body
     assert agent.request("DELETE", "/api/v1/namespaces/default/pods/x?gracePeriodSeconds=-1")[0] == 400

@@ -18,7 +18,7 @@ from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.qos import CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
 from nodeagent.daemonkit.auth import Authenticator
 from nodeagent.daemonkit.body import decode_body
-from nodeagent.daemonkit.status import StatusError, status_middleware
+from nodeagent.daemonkit.status import StatusError, invalid, status_middleware
 
 _SOURCE_KEYS = frozenset({CONFIG_SOURCE_ANNOTATION, CONFIG_MIRROR_ANNOTATION,
                           "kubernetes.io/config.hash"})
@@ -77,14 +77,6 @@ def _kind(value: object) -> str:
         type(value), "number")
 
 
-def _invalid(name: str, errors: list[FieldError]) -> StatusError:
-    causes = [{"reason": "FieldValueInvalid", "field": e.path, "message": e.message}
-              for e in errors]
-    detail = "; ".join(str(e) for e in errors)
-    return StatusError(400, f'Pod "{name}" is invalid: {detail}', reason="Invalid",
-                       causes=causes, name=name or None)
-
-
 def _api_source(manifest: dict[str, Any]) -> dict[str, Any]:
     """Mark the pod as coming from the API. Static and mirror pods are critical (never
     evicted), so a client must not be able to claim to be one through annotations."""
@@ -116,9 +108,9 @@ async def create_pod(request: web.Request) -> web.Response:
     try:
         pod = await _backend(request).create_pod(_api_source(manifest))
     except ValidationErrors as e:
-        raise _invalid(name, e.errors) from None
+        raise invalid("Pod", name, e.errors) from None
     except FieldError as e:
-        raise _invalid(name, [e]) from None
+        raise invalid("Pod", name, [e]) from None
     except AdmissionError as e:
         raise StatusError(422, e.message, reason=e.reason, name=name or None) from None
     except AlreadyExists as e:
