@@ -45,8 +45,6 @@ from nodeagent.agent.node.addresses import node_addresses_async, to_node_address
 from nodeagent.agent.node.allocatable import allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.agent.node.priority import set_own_oom_score_adj, set_own_priority
-from nodeagent.agent.node.static_pods import HASH_ANNOTATION as STATIC_HASH_ANNOTATION
-from nodeagent.agent.node.static_pods import SOURCE_ANNOTATION as STATIC_SOURCE_ANNOTATION
 from nodeagent.agent.node.static_pods import StaticPodSource
 from nodeagent.agent.node.status import ConditionTracker, NodeStatusInput, build_node, read_node_info
 from nodeagent.agent.pods.checkpoint import CheckpointStore
@@ -57,6 +55,8 @@ from nodeagent.agent.runtime import logs
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import FieldError
 from nodeagent.core.quantity import Quantity
+from nodeagent.core.wellknown import CONFIG_HASH as STATIC_HASH_ANNOTATION
+from nodeagent.core.wellknown import CONFIG_SOURCE as STATIC_SOURCE_ANNOTATION
 from nodeagent.daemonkit.auth import (
     Authenticator,
     bind_unix_socket,

@@ -3,7 +3,8 @@
 quantity (Kubernetes resource.Quantity, exact), names (DNS-1123), duration (Go durations),
 errors (field errors), clock (injectable time), timefmt (metav1.Time), model/ (Pod manifests:
 parsing, defaulting, validation), qos (QoS class, criticality, oom_score_adj), resources (pod
-requests, cpu shares/weight/quota, admission fit).
+requests and limits, cpu shares/weight/quota, admission fit), tolerations (taints and
+Toleration.ToleratesTaint), wellknown (label, annotation, condition and taint names both sides use).
 
 May import: the standard library and third-party libraries only; nothing else of nodeagent.
 """

@@ -12,6 +12,7 @@ from typing import Literal
 
 from nodeagent.core.model import SYSTEM_CRITICAL_PRIORITY, SYSTEM_NODE_CRITICAL, Pod
 from nodeagent.core.quantity import Quantity
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_MIRROR, CONFIG_SOURCE
 
 QOSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 GUARANTEED: QOSClass = "Guaranteed"
@@ -23,10 +24,6 @@ GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 BURSTABLE_MIN_OOM_SCORE_ADJ = 1000 + GUARANTEED_OOM_SCORE_ADJ  # 3: stays above Guaranteed
 BURSTABLE_MAX_OOM_SCORE_ADJ = BESTEFFORT_OOM_SCORE_ADJ - 1  # 999: stays below BestEffort
-
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
-CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-API_SERVER_SOURCE = "api"
 
 _QOS_RESOURCES = ("cpu", "memory")
 
@@ -63,12 +60,12 @@ def qos_class(pod: Pod) -> QOSClass:
 
 def is_static(pod: Pod) -> bool:
     """Static pods carry a config-source annotation other than "api" (kubelet's IsStaticPod)."""
-    source = pod.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION)
+    source = pod.metadata.annotations.get(CONFIG_SOURCE)
     return source is not None and source != API_SERVER_SOURCE
 
 
 def is_mirror(pod: Pod) -> bool:
-    return CONFIG_MIRROR_ANNOTATION in pod.metadata.annotations
+    return CONFIG_MIRROR in pod.metadata.annotations
 
 
 def is_critical(pod: Pod) -> bool:

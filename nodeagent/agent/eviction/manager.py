@@ -19,6 +19,7 @@ import structlog
 from nodeagent.agent.config.thresholds import Threshold
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.evaluate import (
+    EVICTION_REASON,
     EvictionState,
     admit_under_pressure,
     is_hard,
@@ -103,7 +104,7 @@ class EvictionManager:
     def admit(self, pod: Pod) -> tuple[str, str] | None:
         """Admission under pressure: (reason, message) to refuse, or None."""
         ok, reason, message = admit_under_pressure(pod, self.conditions)
-        return None if ok else (reason or "Evicted", message)
+        return None if ok else (reason or EVICTION_REASON, message)
 
     def set_thresholds(self, thresholds: Sequence[Threshold], *, transition_period: float,
                        max_pod_grace_period: int) -> None:
@@ -167,7 +168,7 @@ class EvictionManager:
         self._evicted.add(pod.metadata.uid)
         grace = 0 if is_hard(threshold) else eviction_grace_period(threshold, pod, self.max_pod_grace_period)
         message = eviction_message(resource, threshold, observed, pod, usage.get(pod.metadata.uid))
-        self.events.record("Evicted", message, namespace=pod.metadata.namespace, name=pod.metadata.name,
+        self.events.record(EVICTION_REASON, message, namespace=pod.metadata.namespace, name=pod.metadata.name,
                            uid=pod.metadata.uid, signal=threshold.signal, threshold=threshold.value_text(),
                            observed=observed.available if observed else None, grace_period=grace)
         self.evictions_total[threshold.signal] = self.evictions_total.get(threshold.signal, 0) + 1

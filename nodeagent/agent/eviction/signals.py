@@ -26,21 +26,9 @@ from nodeagent.agent.eviction.observations import (
     memory_available,
     pid_available,
 )
+from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
 from nodeagent.core.model import Pod
 from nodeagent.core.qos import qos_class
-
-PROC_MEMINFO = "/proc/meminfo"
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per key."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
 
 
 def meminfo_working_set(info: dict[str, int]) -> tuple[int, int]:
@@ -98,7 +86,7 @@ class NodeObserver:
         return fs_observations(nodefs, imagefs, self.now())
 
     def pids(self) -> Observation:
-        pid_max = int(_read("/proc/sys/kernel/pid_max"))
+        pid_max = int(_read(PROC_PID_MAX))
         threads_max = int(_read("/proc/sys/kernel/threads-max"))
         return pid_available(pid_max, parse_loadavg_tasks(_read("/proc/loadavg")), threads_max, self.now())
 

@@ -10,10 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
 from nodeagent.core.quantity import Quantity
-
-PROC_MEMINFO = "/proc/meminfo"
-PROC_PID_MAX = "/proc/sys/kernel/pid_max"
 
 
 @dataclass(frozen=True)
@@ -48,13 +46,10 @@ class Capacity:
 
 def parse_meminfo_total(text: str) -> int:
     """MemTotal from /proc/meminfo, in bytes."""
-    for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            fields = line.split()
-            value = int(fields[1])
-            unit = fields[2] if len(fields) > 2 else ""
-            return value * 1024 if unit.lower() == "kb" else value
-    raise ValueError("MemTotal not found in meminfo")
+    total = parse_meminfo(text).get("MemTotal")
+    if total is None:
+        raise ValueError("MemTotal not found in meminfo")
+    return total
 
 
 def parse_cpu_list(text: str) -> frozenset[int]:

@@ -26,12 +26,13 @@ import yaml
 
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.wellknown import CONFIG_HASH as HASH_ANNOTATION
+from nodeagent.core.wellknown import CONFIG_SOURCE as SOURCE_ANNOTATION
+from nodeagent.core.wellknown import FILE_SOURCE
 from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 log = structlog.get_logger(__name__)
 
-SOURCE_ANNOTATION = "kubernetes.io/config.source"
-HASH_ANNOTATION = "kubernetes.io/config.hash"
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_MANIFEST_BYTES = 10 << 20  # the kubelet's maxConfigLength
 
@@ -90,9 +91,9 @@ def static_defaults(doc: Mapping[str, Any], node_name: str) -> tuple[dict[str, A
         tolerations = [noexec]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
-        annotations = {**annotations, SOURCE_ANNOTATION: "file", HASH_ANNOTATION: config_hash}
+        annotations = {**annotations, SOURCE_ANNOTATION: FILE_SOURCE, HASH_ANNOTATION: config_hash}
     elif annotations is None:
-        annotations = {SOURCE_ANNOTATION: "file", HASH_ANNOTATION: config_hash}
+        annotations = {SOURCE_ANNOTATION: FILE_SOURCE, HASH_ANNOTATION: config_hash}
     name = meta.get("name")
     new_meta = {**meta, "annotations": annotations,
                 "namespace": meta.get("namespace") or "default",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from nodeagent.agent.eviction.evaluate import EVICTION_REASON
 from nodeagent.agent.eviction.observations import PodUsage
 from nodeagent.agent.eviction.signals import pods_usage
 from nodeagent.agent.pods.manager import PodManager
@@ -51,7 +52,7 @@ class PodEvictionAccess:
         worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
         if worker is None or worker.terminal:
             return
-        await self.manager.terminate(worker, grace_period, remove=False, reason="Evicted", message=message)
+        await self.manager.terminate(worker, grace_period, remove=False, reason=EVICTION_REASON, message=message)
 
     async def reclaim_node_garbage(self) -> int:
         """Terminated pods' data and logs, and logs of containers' earlier runs."""

@@ -16,6 +16,7 @@ import structlog
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.eviction.evaluate import EVICTION_REASON
 from nodeagent.agent.pods.checkpoint import ContainerRecord, PodRecord
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
@@ -179,7 +180,7 @@ class PodWorker:
 
     @property
     def phase(self) -> str:
-        if self.reason == "Evicted":
+        if self.reason == EVICTION_REASON:
             return "Failed"
         names = [c.name for c in self.pod.spec.containers]
         return pod_phase(self.pod.spec.restart_policy, names, self.statuses,
