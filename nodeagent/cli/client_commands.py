@@ -20,7 +20,7 @@ import yaml
 
 from nodeagent.agent.config.settings import load_config, load_default_config
 from nodeagent.cli import render
-from nodeagent.cli.client import SOCKET_NAME, AgentError, Client, Target
+from nodeagent.cli.client import SOCKET_NAME, Client, ClientError, Target
 from nodeagent.daemonkit.configfile import ConfigError
 from nodeagent.daemonkit.yamlerrors import YamlProblem
 
@@ -95,7 +95,7 @@ def _runs(command: Command) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args, Client(target_from_args(args)))
-        except (AgentError, UsageError) as e:
+        except (ClientError, UsageError) as e:
             print(f"nodeagent: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -157,7 +157,7 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
 def _items(listing: dict[str, Any]) -> list[dict[str, Any]]:
     items = listing.get("items")
     if not isinstance(items, list):
-        raise AgentError("the agent answered a list without items")
+        raise ClientError("the agent answered a list without items")
     return [i for i in items if isinstance(i, dict)]
 
 
@@ -247,7 +247,7 @@ def cmd_apply(args: argparse.Namespace, client: Client) -> int:
         name = _name_of(obj)
         try:
             pod = client.create_pod(obj, args.namespace)
-        except AgentError as e:
+        except ClientError as e:
             if e.code is None:  # the agent is unreachable: the rest would fail the same way
                 raise
             failed += 1
@@ -265,7 +265,7 @@ def cmd_delete(args: argparse.Namespace, client: Client) -> int:
     for ns, name in refs:
         try:
             client.delete_pod(ns, name, args.grace_period)
-        except AgentError as e:
+        except ClientError as e:
             if e.code is None:
                 raise
             failed += 1
@@ -346,7 +346,7 @@ def follow_log(client: Client, ns: str, name: str, container: str | None, tail: 
                 key = _run_key(pod, container)
                 follower.reset()
             text = client.log(ns, name, container, follower.window)
-        except AgentError as e:
+        except ClientError as e:
             if e.code == 404:  # the pod is gone
                 return 0
             raise

@@ -32,9 +32,9 @@ from nodeagent.agent.eviction.evaluate import is_hard
 from nodeagent.agent.eviction.manager import EvictionManager, PassResult
 from nodeagent.agent.eviction.notify import (
     PSI_SYSTEM_MEMORY,
+    KernelNotifier,
     MemcgThresholdNotifier,
     MemoryEventsNotifier,
-    Notifier,
     PsiNotifier,
     close_all,
     event_waker,
@@ -123,7 +123,7 @@ class MemoryWakeups:
         self.manager = manager
         self.enforced_memory = enforced_memory
         self.wake = event_waker(manager.wake)
-        self.notifiers: list[Notifier] = []
+        self.notifiers: list[KernelNotifier] = []
         self.unavailable: dict[str, str] = {}
         self.lines: list[int] = []
         self._memcg: MemcgThresholdNotifier | None = None
@@ -142,7 +142,7 @@ class MemoryWakeups:
 
     async def start(self) -> dict[str, str]:
         """Arm what this kernel offers; returns {mechanism: why unavailable}."""
-        candidates: list[Notifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)] if PSI in self.mechanisms else []
+        candidates: list[KernelNotifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)] if PSI in self.mechanisms else []
         if self.driver.version == 1:
             self.lines = self._current_lines(hard_only=False)
             if self.lines and MEMCG in self.mechanisms:

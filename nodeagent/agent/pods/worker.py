@@ -17,7 +17,7 @@ import structlog
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
-from nodeagent.agent.pods.checkpoint import ContainerRecord, PodRecord
+from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, PodCheckpoint
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
@@ -59,14 +59,14 @@ def terminated_from_dict(data: Any) -> Terminated | None:
         return None
 
 
-def _container_record(name: str, w: ContainerWorker) -> ContainerRecord:
+def _container_record(name: str, w: ContainerWorker) -> ContainerCheckpoint:
     """pid + start time while running; the final Terminated state under "current" once done,
     so a completed container is not run again after an agent restart."""
     st = w.status
     saved: dict[str, Any] = dict(st.last_state.to_dict()) if st.last_state else {}
     if w.pid is None and isinstance(st.state, Terminated):
         saved["current"] = st.state.to_dict()
-    return ContainerRecord(name=name, pid=w.pid, start_time=w.start_time,
+    return ContainerCheckpoint(name=name, pid=w.pid, start_time=w.start_time,
                            restart_count=st.restart_count, last_state=saved)
 
 
@@ -119,7 +119,7 @@ class PodWorker:
         return ContainerWorker(config, cgroup, clock=self.env.clock, backoff=backoff,
                                on_change=lambda _s: self._on_change(self))
 
-    def start(self, record: PodRecord | None = None) -> None:
+    def start(self, record: PodCheckpoint | None = None) -> None:
         """Create cgroups and start (or, from a checkpoint record, re-adopt) every container."""
         self.create_cgroups()
         for i, c in enumerate(self.pod.spec.containers):
@@ -196,10 +196,10 @@ class PodWorker:
         """No container runs and none will be restarted."""
         return all(t.done() for t in self._tasks.values()) and bool(self._tasks)
 
-    def record(self) -> PodRecord:
+    def record(self) -> PodCheckpoint:
         containers = tuple(_container_record(name, w) for name, w in self.workers.items())
         meta = self.pod.metadata
-        return PodRecord(namespace=meta.namespace, name=meta.name, uid=meta.uid,
+        return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
                          manifest=self.pod.to_dict(), containers=containers)
 
     def to_dict(self) -> dict[str, Any]:
