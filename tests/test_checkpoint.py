@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,10 @@ def test_round_trip_and_layout(store: CheckpointStore, tmp_path: Path) -> None:
     assert sorted(p.name for p in store.directory.iterdir()) == ["default_web.json"]
 
 
-def test_save_replaces_and_with_container_updates(store: CheckpointStore) -> None:
+def test_save_replaces(store: CheckpointStore) -> None:
     store.save(record())
-    updated = record().with_container(ContainerCheckpoint("app", pid=99, start_time=1.0,
-                                                      restart_count=3))
-    updated = updated.with_container(ContainerCheckpoint("sidecar", pid=100))
+    updated = replace(record(), containers=(ContainerCheckpoint("app", pid=99, start_time=1.0, restart_count=3),
+                                            ContainerCheckpoint("sidecar", pid=100)))
     store.save(updated)
     loaded = store.load("default", "web")
     assert loaded is not None
@@ -158,7 +158,7 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(store: CheckpointStore,
         raise OSError(5, "simulated EIO")
 
     monkeypatch.setattr(os, "fsync", boom)
-    changed = record().with_container(ContainerCheckpoint("app", pid=1))
+    changed = replace(record(), containers=(ContainerCheckpoint("app", pid=1),))
     with pytest.raises(OSError):
         store.save(changed)
     monkeypatch.undo()

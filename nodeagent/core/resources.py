@@ -50,14 +50,6 @@ def shares_to_cpu_weight(shares: int) -> int:
     return max(MIN_CPU_WEIGHT, min(MAX_CPU_WEIGHT, weight))
 
 
-def shares_to_cpu_weight_linear(shares: int) -> int:
-    """The kubelet's own linear map (KEP-2254), kept for comparison and documentation."""
-    if shares >= MAX_SHARES:
-        return MAX_CPU_WEIGHT
-    shares = max(MIN_SHARES, shares)
-    return 1 + ((shares - 2) * 9999) // 262142
-
-
 # ---- admission fit (kubelet lifecycle predicate / scheduler noderesources.Fits) -------------------
 
 from collections.abc import Callable, Iterable, Mapping  # noqa: E402  (appended section; keeps the cpu part untouched)

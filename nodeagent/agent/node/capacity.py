@@ -52,23 +52,6 @@ def parse_meminfo_total(text: str) -> int:
     return total
 
 
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """A kernel cpu list such as "0-3,8,10-11" (cpuset.cpus.effective) -> set of cpu ids."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            first, last = (int(x) for x in part.split("-", 1))
-            if last < first:
-                raise ValueError(f"invalid cpu range {part!r}")
-            cpus.update(range(first, last + 1))
-        else:
-            cpus.add(int(part))
-    return frozenset(cpus)
-
-
 def parse_pid_max(text: str) -> int:
     """/proc/sys/kernel/pid_max -> int."""
     return int(text.strip())

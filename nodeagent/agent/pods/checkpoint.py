@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,6 @@ class PodCheckpoint:
     uid: str
     manifest: Mapping[str, Any]
     containers: tuple[ContainerCheckpoint, ...] = ()
-
-    def with_container(self, record: ContainerCheckpoint) -> PodCheckpoint:
-        """A copy with `record` replacing the container of the same name (or appended)."""
-        if self.container(record.name) is None:
-            return replace(self, containers=(*self.containers, record))
-        return replace(self, containers=tuple(
-            record if c.name == record.name else c for c in self.containers))
 
     def container(self, name: str) -> ContainerCheckpoint | None:
         return next((c for c in self.containers if c.name == name), None)

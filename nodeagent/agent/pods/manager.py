@@ -227,9 +227,6 @@ class PodManager:
         lines = logs.tail(cw.log_path, tail if tail is not None else 10**9)
         return "".join(line + "\n" for line in lines)
 
-    def node(self) -> dict[str, Any]:  # replaced by the daemon's node reporter
-        raise NotImplementedError
-
     # ---- shutdown ----
     async def wait_stopping(self) -> None:
         if self._stopping:

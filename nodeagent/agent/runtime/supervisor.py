@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from nodeagent.agent.node.procfs import parent_pid, process_start_time, start_time_to_wall
+from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_to_wall
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
@@ -256,7 +256,7 @@ class ContainerWorker:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             pidfd = None
-        alive = pidfd is not None and process_start_time(pid) == start_time
+        alive = pidfd is not None and is_same_process(pid, start_time)
         if pidfd is not None and not alive:
             os.close(pidfd)
         if started_at is None and alive:
