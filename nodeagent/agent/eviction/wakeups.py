@@ -50,11 +50,9 @@ REARM_SLACK = 2 * 1024 * 1024  # re-arm only when a line moved by more than this
 # memory.high sits this far ABOVE the line (in kubepods usage). The line is an estimate (the node's
 # other usage moves, file pages count differently in memory.current and memory.available): a
 # memory.high below the true line throttles the allocator short of the threshold, where a wake-up
-# finds nothing to evict and the hog creeps on throttled (measured in the UML guest: 330 ms from
-# crossing to eviction); `spent` moves such a memory.high up at once. The margin is what a hog
-# must allocate past the line before the kernel tells us: 1 MiB is ~8 ms in the UML guest, where
-# every page fault is slow (4 MiB measured 74/218 ms p50/p99 crossing -> death, 1 MiB 64/117 ms,
-# both on a loaded host).
+# finds nothing to evict; `spent` moves such a memory.high up at once. The margin is what a hog
+# must allocate past the line before the kernel tells us, so it is kept small (measurements:
+# bench/README.md, "memory.high 1 MiB above the hard line").
 HIGH_MARGIN = 1 * 1024 * 1024
 HIGH_SLACK = 1024 * 1024  # memory.high follows the line closely (one write per move)
 WAKEUPS_ENV = "NODEAGENT_EVICTION_WAKEUPS"
@@ -115,8 +113,8 @@ class MemoryWakeups:
     def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None,
                  observe_memory: Callable[[], Observation], mechanisms: frozenset[str] | None = None) -> None:
         """`observe_memory` reads memory.available alone: the lines need nothing else, and they
-        are recomputed after every pass (a full observation there, statvfs and pids included,
-        cost idle CPU: 1.20% -> 1.08% of the UML guest's core without it)."""
+        are recomputed after every pass, where a full observation (statvfs, pids) would cost idle
+        CPU for nothing (bench/README.md, "Wake-up lines")."""
         self.observe_memory = observe_memory
         self.mechanisms = parse_mechanisms(os.environ.get(WAKEUPS_ENV)) if mechanisms is None else mechanisms
         self.driver = driver
