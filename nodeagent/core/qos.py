@@ -78,26 +78,19 @@ def is_node_critical(pod: Pod) -> bool:
     return is_critical(pod) and pod.spec.priority_class_name == SYSTEM_NODE_CRITICAL
 
 
-def oom_score_adj(pod: Pod, container_name: str, memory_capacity_bytes: int) -> int:
-    """GetContainerOOMScoreAdjust: -997 node-critical and Guaranteed, 1000 BestEffort, else
-    1000 - 1000*memoryRequest/capacity clamped to [3, 999], so a container that asks for more
-    of the node's memory is killed later.
+def oom_score_adj(qos: QOSClass, node_critical: bool, memory_request_bytes: int, memory_capacity_bytes: int) -> int:
+    """GetContainerOOMScoreAdjust for one container of a pod of class `qos` (`node_critical`:
+    is_node_critical(pod)), from the container's own memory request: -997 node-critical and
+    Guaranteed, 1000 BestEffort, else 1000 - 1000*memoryRequest/capacity clamped to [3, 999], so a
+    container that asks for more of the node's memory is killed later.
     """
     if memory_capacity_bytes <= 0:
         raise ValueError(f"memory capacity must be positive, got {memory_capacity_bytes}")
-    container = next((c for c in pod.spec.containers if c.name == container_name), None)
-    if container is None:
-        raise ValueError(f"pod {pod.key} has no container {container_name!r}")
-    if is_node_critical(pod):
+    if node_critical or qos == GUARANTEED:
         return GUARANTEED_OOM_SCORE_ADJ
-    cls = qos_class(pod)
-    if cls == GUARANTEED:
-        return GUARANTEED_OOM_SCORE_ADJ
-    if cls == BEST_EFFORT:
+    if qos == BEST_EFFORT:
         return BESTEFFORT_OOM_SCORE_ADJ
-    request = container.resources.requests.get("memory")
-    memory_request = request.value() if request is not None else 0
-    adj = 1000 - (1000 * memory_request) // memory_capacity_bytes
+    adj = 1000 - (1000 * memory_request_bytes) // memory_capacity_bytes
     if adj < BURSTABLE_MIN_OOM_SCORE_ADJ:
         return BURSTABLE_MIN_OOM_SCORE_ADJ
     if adj == BESTEFFORT_OOM_SCORE_ADJ:

@@ -11,8 +11,9 @@ against min(pid_max, threads-max).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
@@ -27,8 +28,6 @@ from nodeagent.agent.eviction.observations import (
     pid_available,
 )
 from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
-from nodeagent.core.model import Pod
-from nodeagent.core.qos import qos_class
 
 
 def meminfo_working_set(info: dict[str, int]) -> tuple[int, int]:
@@ -109,28 +108,46 @@ def dir_usage(path: str) -> tuple[int, int]:
     return total, inodes
 
 
-def pod_usage(driver: CgroupDriver, pod: Pod, pod_dir: str | None, with_disk: bool) -> PodUsage:
+class ContainerPaths(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def cgroup_path(self) -> str: ...
+
+
+class PodPaths(Protocol):
+    """Where a pod's usage is read: its cgroups and its directory (the pod manager's plans)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def cgroup_path(self) -> str: ...
+    @property
+    def log_dir(self) -> str: ...
+    @property
+    def containers(self) -> Sequence[ContainerPaths]: ...
+
+
+def pod_usage(driver: CgroupDriver, pod: PodPaths, with_disk: bool) -> PodUsage:
     """A pod's memory working set and processes from its cgroups; disk only when asked (it walks)."""
-    qos = qos_class(pod)
-    uid = pod.metadata.uid
     try:
-        stats = driver.stats(layout.pod_path(qos, uid))
+        stats = driver.stats(pod.cgroup_path)
         memory, processes = stats.working_set, stats.pids_current
     except OSError:
         memory = processes = 0
     containers = []
-    for c in pod.spec.containers:
+    for c in pod.containers:
         try:
-            ws: int | None = driver.stats(layout.container_path(qos, uid, c.name)).working_set
+            ws: int | None = driver.stats(c.cgroup_path).working_set
         except OSError:
             ws = None
         containers.append(ContainerUsage(c.name, memory_working_set=ws))
     disk = inodes = 0
-    if with_disk and pod_dir and os.path.isdir(pod_dir):
-        disk, inodes = dir_usage(pod_dir)
-    return PodUsage(uid=uid, memory_working_set=memory, ephemeral_storage=disk, inodes=inodes,
+    if with_disk and os.path.isdir(pod.log_dir):
+        disk, inodes = dir_usage(pod.log_dir)
+    return PodUsage(uid=pod.uid, memory_working_set=memory, ephemeral_storage=disk, inodes=inodes,
                     processes=processes, containers=tuple(containers))
 
 
-def pods_usage(driver: CgroupDriver, pods: Iterable[tuple[Pod, str | None]], with_disk: bool) -> dict[str, PodUsage]:
-    return {pod.metadata.uid: pod_usage(driver, pod, d, with_disk) for pod, d in pods}
+def pods_usage(driver: CgroupDriver, pods: Iterable[PodPaths], with_disk: bool) -> dict[str, PodUsage]:
+    return {pod.uid: pod_usage(driver, pod, with_disk) for pod in pods}
