@@ -17,6 +17,7 @@ from typing import Protocol
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.config.settings import Config
 from nodeagent.agent.eviction.observations import (
     ContainerUsage,
     FsStats,
@@ -27,6 +28,7 @@ from nodeagent.agent.eviction.observations import (
     memory_available,
     pid_available,
 )
+from nodeagent.agent.node.allocatable import NodeAllocatable
 from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
 
 
@@ -62,6 +64,10 @@ class NodeObserver:
     imagefs_path: str
     allocatable_memory: int | None  # the pods cgroup's enforced memory (allocatableMemory.available)
     now: Callable[[], float]
+
+    def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
+        """A reload: allocatableMemory.available is measured against the new enforced memory."""
+        self.allocatable_memory = allocatable.enforced_memory
 
     def memory(self) -> Observation:
         capacity, ws = meminfo_working_set(parse_meminfo(_read(PROC_MEMINFO)))
