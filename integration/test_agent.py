@@ -37,7 +37,7 @@ from nodeagent.agent.node.procfs import has_cap_sys_resource
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.core.model import parse_pod
-from nodeagent.core.qos import oom_score_adj
+from nodeagent.core.qos import is_node_critical, oom_score_adj, qos_class
 from nodeagent.core.quantity import parse_quantity
 from nodeagent.core.resources import milli_cpu_to_shares, shares_to_cpu_weight
 
@@ -168,7 +168,9 @@ def test_oom_score_adj_per_qos_class(agent: AgentProcess) -> None:
         pod = parse_pod(m)
         for c in pod.spec.containers:
             pid, _ = agent.wait_running(name, container=c.name)
-            expected = clamp_oom_score_adj(oom_score_adj(pod, c.name, memory_capacity))
+            request = c.resources.requests.get("memory")
+            adj = oom_score_adj(qos_class(pod), is_node_critical(pod), request.value() if request else 0, memory_capacity)
+            expected = clamp_oom_score_adj(adj)
             actual = int(Path(f"/proc/{pid}/oom_score_adj").read_text())
             assert actual == expected, (name, c.name, actual, expected)
             seen[(name, c.name)] = actual

@@ -5,7 +5,6 @@ the agent's own wiring of all three (daemon.Agent, built with a fake cgroup driv
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeCgroupDriver
+from test_sdnotify import Receiver
 
 from nodeagent.agent.config.settings import parse_config
 from nodeagent.agent.config.thresholds import parse_thresholds
@@ -30,7 +30,7 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.daemonkit.auth import Authenticator
 from nodeagent.daemonkit.progress import ProgressMonitor, Steps
-from nodeagent.daemonkit.sdnotify import Notifier, socket_address, watchdog_loop
+from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
 from nodeagent.daemonkit.tasks import GuardedTasks
 
 MI = 1 << 20
@@ -39,24 +39,14 @@ PING_S = 0.02  # the watchdog interval in these tests (real time; the bounds are
 
 
 class Pings:
-    """The notify socket, read by a thread: counts WATCHDOG=1 as systemd would see them."""
+    """Counts WATCHDOG=1 datagrams as systemd would see them (the receiver is test_sdnotify's)."""
 
     def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(socket_address(path))
-        self.sock.settimeout(0.02)
-        self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.receiver = Receiver(path)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.sock.recv(4096) == b"WATCHDOG=1":
-                    self.count += 1
-            except TimeoutError:
-                continue
+    @property
+    def count(self) -> int:
+        return sum(1 for _, m in self.receiver.messages if m == "WATCHDOG=1")
 
     async def grows(self, seconds: float = 10 * PING_S) -> bool:
         """Whether pings arrive within `seconds` (the loop keeps running meanwhile)."""
@@ -69,9 +59,7 @@ class Pings:
         return False
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
+        self.receiver.close()
 
 
 @pytest.fixture

@@ -213,7 +213,7 @@ class PodManager:
                 raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
             self.update_qos_cgroups()
         await asyncio.sleep(0)  # let the container tasks take their first step: the spawn
-        log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.qos)
+        log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.plan.qos)
         self._changed(worker)
         return worker.to_dict()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +31,6 @@ from nodeagent.agent.runtime.state import ContainerStatus, Terminated, pod_phase
 from nodeagent.agent.runtime.supervisor import ContainerWorker
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import Pod
-from nodeagent.core.qos import QOSClass
-from nodeagent.core.quantity import Quantity
 from nodeagent.core.timefmt import parse_rfc3339, rfc3339
 from nodeagent.daemonkit.progress import Steps
 from nodeagent.daemonkit.tasks import GuardedTasks
@@ -106,18 +104,6 @@ class PodWorker:
     def pod(self) -> Pod:
         return self.plan.pod
 
-    @property
-    def qos(self) -> QOSClass:
-        return self.plan.qos
-
-    @property
-    def requests(self) -> Mapping[str, Quantity]:
-        return self.plan.requests
-
-    @property
-    def cgroup_path(self) -> str:
-        return self.plan.cgroup_path
-
     # ---- lifecycle ----
     def create_cgroups(self) -> None:
         """Pod cgroup, then one child per container, each with its limits (idempotent)."""
@@ -173,10 +159,10 @@ class PodWorker:
 
     def remove_cgroups(self) -> None:
         try:
-            self.env.driver.kill(self.cgroup_path)
-            self.env.driver.remove(self.cgroup_path)
+            self.env.driver.kill(self.plan.cgroup_path)
+            self.env.driver.remove(self.plan.cgroup_path)
         except OSError as e:
-            self._log.warning("pod_cgroup_remove_failed", path=self.cgroup_path, error=str(e))
+            self._log.warning("pod_cgroup_remove_failed", path=self.plan.cgroup_path, error=str(e))
 
     async def detach(self) -> None:
         """Agent shutdown: stop watching, leave the processes running for the next agent."""
@@ -219,7 +205,7 @@ class PodWorker:
             out["metadata"]["deletionTimestamp"] = rfc3339(self.deletion_time)
         status: dict[str, Any] = {
             "phase": self.phase,
-            "qosClass": self.qos,
+            "qosClass": self.plan.qos,
             "startTime": rfc3339(self.start_time),
             "containerStatuses": [self.workers[c.name].status.to_status_dict()
                                   for c in self.plan.containers if c.name in self.workers],
