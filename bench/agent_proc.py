@@ -246,9 +246,8 @@ class AgentProc:
 
     def memory_limit_file(self, path: str) -> str:
         rel = self.cgroup_rel(path).lstrip("/")
-        if self.version == 2:
-            return os.path.join(self.driver.mount, rel, "memory.max")  # type: ignore[attr-defined]
-        return os.path.join(self.driver.hierarchies["memory"], rel, "memory.limit_in_bytes")  # type: ignore[attr-defined]
+        name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+        return os.path.join(str(self.driver.hierarchy("memory")), rel, name)
 
     # ---- teardown ----
     def stop(self) -> None:

@@ -89,7 +89,7 @@ def setup_probe(agent: AgentProc, probe: Probe, pod: dict[str, Any]) -> None:
     if agent.version == 2:
         probe.want = {"": rel}
     else:
-        probe.want = {c: rel for c in V1_CONTROLLERS if c in agent.driver.hierarchies}  # type: ignore[attr-defined]
+        probe.want = {c: rel for c in V1_CONTROLLERS if agent.driver.hierarchy(c) is not None}
     probe.limit_file = agent.memory_limit_file(path)
 
 

@@ -100,10 +100,9 @@ def cgroup_dirs(drv: CgroupDriver, path: str) -> list[str]:
 def cgroup_file(drv: CgroupDriver, path: str, controller: str, name: str) -> str:
     """Absolute path of a kernel interface file, computed here rather than by the driver."""
     rel = (drv.root.strip("/") + "/" + path.strip("/")).strip("/")
-    if drv.version == 2:
-        base = drv.mount  # type: ignore[attr-defined]
-    else:
-        base = drv.hierarchies[controller]  # type: ignore[attr-defined]
+    base = drv.hierarchy(controller)
+    if base is None:
+        raise FileNotFoundError(f"this kernel offers no {controller} controller")
     return os.path.join(base, rel, name)
 
 

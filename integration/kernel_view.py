@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cgroups.v1 import CONTROLLERS as V1_CONTROLLERS
 from nodeagent.core.resources import shares_to_cpu_weight
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -53,9 +54,9 @@ class CgroupFiles:
         self.version = driver.version
         self.root = driver.root.strip("/")
         if self.version == 2:
-            self.bases = {"": str(driver.mount)}  # type: ignore[attr-defined]
+            self.bases = {"": str(driver.hierarchy("memory"))}
         else:
-            self.bases = dict(driver.hierarchies)  # type: ignore[attr-defined]
+            self.bases = {c: base for c in V1_CONTROLLERS if (base := driver.hierarchy(c)) is not None}
 
     def dir(self, path: str, controller: str = "memory") -> str:
         base = self.bases[""] if self.version == 2 else self.bases[controller]

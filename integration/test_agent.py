@@ -37,7 +37,7 @@ from nodeagent.agent.node.procfs import has_cap_sys_resource
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.core.model import parse_pod
-from nodeagent.core.qos import oom_score_adj
+from nodeagent.core.qos import is_node_critical, oom_score_adj, qos_class
 from nodeagent.core.quantity import parse_quantity
 from nodeagent.core.resources import milli_cpu_to_shares, shares_to_cpu_weight
 
@@ -168,7 +168,9 @@ def test_oom_score_adj_per_qos_class(agent: AgentProcess) -> None:
         pod = parse_pod(m)
         for c in pod.spec.containers:
             pid, _ = agent.wait_running(name, container=c.name)
-            expected = clamp_oom_score_adj(oom_score_adj(pod, c.name, memory_capacity))
+            request = c.resources.requests.get("memory")
+            adj = oom_score_adj(qos_class(pod), is_node_critical(pod), request.value() if request else 0, memory_capacity)
+            expected = clamp_oom_score_adj(adj)
             actual = int(Path(f"/proc/{pid}/oom_score_adj").read_text())
             assert actual == expected, (name, c.name, actual, expected)
             seen[(name, c.name)] = actual
@@ -471,9 +473,9 @@ def test_malformed_requests_are_refused_and_the_agent_carries_on(agent: AgentPro
     assert post(b"a: &a [1]\nb: *a\n", "application/yaml")[0] == 400
     assert post(b"{" * 100_000)[0] == 400
     status, body = post(b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": 7}}')
-    assert status == 400 and body["reason"] == "Invalid", body
+    assert status == 422 and body["reason"] == "Invalid", body
     status, body = agent.create(pod_manifest("BAD_NAME", SLEEP))
-    assert status == 400, body
+    assert status == 422, body
     status, body = agent.request("POST", "/api/v1/pods", b'{"kind": "Pod"}', auth=False)
     assert status == 401, body
     assert agent.request("DELETE", "/api/v1/namespaces/default/pods/x?gracePeriodSeconds=-1")[0] == 400

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import errno
 
-from nodeagent.agent.cgroups.common import split_rel, validate_spec
+from nodeagent.agent.cgroups.common import normalize_root, split_rel, validate_spec
 from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
 
 
 class FakeCgroupDriver:
-    """An in-memory CgroupDriver: paths -> specs, plus a log of kills and removals."""
+    """An in-memory CgroupDriver: paths -> specs, plus a log of kills and removals.
+
+    tests/cgroup_conformance.py runs the same cases against it as against the real drivers.
+    """
 
     version = 2
-    root = "/"
+    CONTROLLERS = ("cpu", "memory", "pids")
+    MOUNT = "/fake-cgroupfs"  # never touched: memory_dir() and hierarchy() only name it
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = "/") -> None:
+        self.root = normalize_root(root)
         self.specs: dict[str, CgroupSpec] = {}
         self.killed: list[str] = []
         self.removed: list[str] = []
@@ -54,7 +59,12 @@ class FakeCgroupDriver:
         key = self._key(path)
         return key == "" or key in self.specs
 
+    def _guard_not_mount(self, path: str, what: str) -> None:
+        if self.root == "/" and not self._key(path):
+            raise ValueError(f"path: refusing to {what} the hierarchy root")
+
     def remove(self, path: str) -> None:
+        self._guard_not_mount(path, "remove")
         key = self._key(path)
         for p in self._subtree(key):
             del self.specs[p]
@@ -83,9 +93,13 @@ class FakeCgroupDriver:
         return self.stats(path).oom_kills
 
     def memory_dir(self, path: str) -> str:
-        return "/fake-cgroupfs/memory/" + self._key(path)
+        return "/".join(p for p in (self.MOUNT, self.root.strip("/"), self._key(path)) if p)
+
+    def hierarchy(self, controller: str) -> str | None:
+        return self.MOUNT if controller in self.CONTROLLERS else None  # one unified hierarchy, as v2
 
     def kill(self, path: str) -> None:
+        self._guard_not_mount(path, "kill")
         self.killed.append(self._key(path))
 
     def children(self, path: str) -> list[str]:

@@ -21,7 +21,6 @@ from nodeagent.agent.node.capacity import (
     discover_capacity,
     fs_totals,
     nearest_existing,
-    parse_cpu_list,
     parse_meminfo_total,
     parse_pid_max,
 )
@@ -194,20 +193,6 @@ def test_parse_meminfo_total() -> None:
     assert parse_meminfo_total(MEMINFO) == 24684092 * 1024
     with pytest.raises(ValueError):
         parse_meminfo_total("MemFree: 1 kB\n")
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("0-3", {0, 1, 2, 3}), ("0-1,4,6-7\n", {0, 1, 4, 6, 7}), ("5", {5}), ("", set()), ("\n", set())],
-)
-def test_parse_cpu_list(text: str, expected: set[int]) -> None:
-    assert parse_cpu_list(text) == expected
-
-
-def test_parse_cpu_list_rejects_garbage() -> None:
-    for bad in ("3-1", "a", "1-"):
-        with pytest.raises(ValueError):
-            parse_cpu_list(bad)
 
 
 def test_parse_pid_max() -> None:

@@ -167,7 +167,7 @@ async def test_client_cannot_claim_static_or_mirror_source(client: TestClient) -
 
 async def test_invalid_pod_names_the_field(client: TestClient) -> None:
     bad = {**POD, "spec": {"containers": [{"image": "x"}]}}
-    body = await status_of(await client.post("/api/v1/pods", json=bad), 400, "Invalid")
+    body = await status_of(await client.post("/api/v1/pods", json=bad), 422, "Invalid")
     assert body["details"]["causes"] == [{"reason": "FieldValueInvalid",
                                           "field": "spec.containers[0].name",
                                           "message": "Required value"}]

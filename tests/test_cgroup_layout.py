@@ -11,7 +11,6 @@ from nodeagent.agent.cgroups.layout import (
     container_cgroup_spec,
     container_path,
     kubepods_spec,
-    pod_cgroup_path,
     pod_cgroup_spec,
     pod_path,
     pod_uid_from_dir,
@@ -20,7 +19,9 @@ from nodeagent.agent.cgroups.layout import (
 )
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.qos import qos_class
 from nodeagent.core.quantity import parse_quantity
+from nodeagent.core.resources import pod_resources
 
 MI = 1024 * 1024
 
@@ -43,6 +44,16 @@ def lim(cpu: str | None = None, memory: str | None = None) -> dict[str, str]:
     return {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
 
 
+def spec_of(pod: Pod, **kw: Any) -> CgroupSpec:
+    """pod_cgroup_spec from the pod's QoS class and summed resources (what its plan holds)."""
+    return pod_cgroup_spec(qos_class(pod), pod_resources(pod), **kw)
+
+
+def tiers_of(pods: list[Pod]) -> dict[str, CgroupSpec]:
+    """qos_cgroup_specs from the pods' (QoS class, cpu request) pairs (what their plans hold)."""
+    return qos_cgroup_specs((qos_class(p), pod_resources(p).cpu_request_milli) for p in pods)
+
+
 # -- paths -------------------------------------------------------------------------------------
 
 
@@ -57,13 +68,6 @@ def lim(cpu: str | None = None, memory: str | None = None) -> dict[str, str]:
 def test_pod_path_per_qos(qos: Any, expected: str) -> None:
     assert pod_path(qos, "uid-1") == expected
     assert container_path(qos, "uid-1", "app") == expected + "/app"
-
-
-def test_pod_cgroup_path_uses_the_pods_qos_class() -> None:
-    guaranteed = make_pod("g1", {"limits": lim("1", "64Mi")})
-    besteffort = make_pod("b1", {})
-    assert pod_cgroup_path(guaranteed) == "kubepods/podg1"
-    assert pod_cgroup_path(besteffort) == "kubepods/besteffort/podb1"
 
 
 @pytest.mark.parametrize("qos", ["guaranteed", "Unknown", ""])
@@ -127,20 +131,20 @@ def test_pod_uid_from_dir(name: str, uid: str | None) -> None:
     ],
 )
 def test_pod_cgroup_spec(resources: list[dict[str, Any]], expected: CgroupSpec) -> None:
-    assert pod_cgroup_spec(make_pod("u1", *resources)) == expected
+    assert spec_of(make_pod("u1", *resources)) == expected
 
 
 def test_pod_cgroup_spec_zero_limit_counts_as_undeclared() -> None:
     pod = make_pod("u1", {"limits": lim("500m", "64Mi")}, {"limits": lim("0", "0")})
-    spec = pod_cgroup_spec(pod)
+    spec = spec_of(pod)
     assert spec.cpu_quota_us is None and spec.memory_max is None
 
 
 def test_pod_cgroup_spec_passes_pids_limit_and_period() -> None:
     pod = make_pod("u1", {"limits": lim("500m", "64Mi")})
-    spec = pod_cgroup_spec(pod, pids_max=1024, cpu_period_us=50000)
+    spec = spec_of(pod, pids_max=1024, cpu_period_us=50000)
     assert (spec.pids_max, spec.cpu_period_us, spec.cpu_quota_us) == (1024, 50000, 25000)
-    assert pod_cgroup_spec(make_pod("u2", {}), pids_max=7).pids_max == 7
+    assert spec_of(make_pod("u2", {}), pids_max=7).pids_max == 7
 
 
 # -- container values --------------------------------------------------------------------------
@@ -172,7 +176,7 @@ def test_qos_specs_sum_only_burstable_requests() -> None:
         make_pod("g1", {"limits": lim("4", "1Gi")}),  # Guaranteed: not in the burstable tier
         make_pod("e1", {}),  # BestEffort
     ]
-    specs = qos_cgroup_specs(pods)
+    specs = tiers_of(pods)
     assert specs == {
         "kubepods/besteffort": CgroupSpec(cpu_shares=2),
         "kubepods/burstable": CgroupSpec(cpu_shares=1024),  # 1000m
@@ -180,7 +184,7 @@ def test_qos_specs_sum_only_burstable_requests() -> None:
 
 
 def test_qos_specs_without_pods_give_minimum_shares() -> None:
-    specs = qos_cgroup_specs([])
+    specs = tiers_of([])
     assert specs["kubepods/burstable"].cpu_shares == 2
     assert specs["kubepods/besteffort"].cpu_shares == 2
 

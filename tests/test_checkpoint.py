@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ from structlog.testing import capture_logs
 
 from nodeagent.agent.pods.checkpoint import (
     CheckpointStore,
-    ContainerRecord,
-    PodRecord,
+    ContainerCheckpoint,
+    PodCheckpoint,
     filename_for,
 )
 from nodeagent.core.errors import FieldError
@@ -24,10 +25,10 @@ MANIFEST = {"apiVersion": "v1", "kind": "Pod",
             "spec": {"containers": [{"name": "app", "image": "x", "command": ["sleep", "9"]}]}}
 
 
-def record(ns: str = "default", name: str = "web") -> PodRecord:
-    return PodRecord(
+def record(ns: str = "default", name: str = "web") -> PodCheckpoint:
+    return PodCheckpoint(
         namespace=ns, name=name, uid="0f8e-uid", manifest=MANIFEST,
-        containers=(ContainerRecord("app", pid=4242, start_time=12345.67, restart_count=2,
+        containers=(ContainerCheckpoint("app", pid=4242, start_time=12345.67, restart_count=2,
                                     last_state={"terminated": {"exitCode": 137,
                                                                "reason": "OOMKilled"}}),),
     )
@@ -48,16 +49,15 @@ def test_round_trip_and_layout(store: CheckpointStore, tmp_path: Path) -> None:
     assert sorted(p.name for p in store.directory.iterdir()) == ["default_web.json"]
 
 
-def test_save_replaces_and_with_container_updates(store: CheckpointStore) -> None:
+def test_save_replaces(store: CheckpointStore) -> None:
     store.save(record())
-    updated = record().with_container(ContainerRecord("app", pid=99, start_time=1.0,
-                                                      restart_count=3))
-    updated = updated.with_container(ContainerRecord("sidecar", pid=100))
+    updated = replace(record(), containers=(ContainerCheckpoint("app", pid=99, start_time=1.0, restart_count=3),
+                                            ContainerCheckpoint("sidecar", pid=100)))
     store.save(updated)
     loaded = store.load("default", "web")
     assert loaded is not None
     assert [c.name for c in loaded.containers] == ["app", "sidecar"]
-    assert loaded.container("app") == ContainerRecord("app", 99, 1.0, 3, {})
+    assert loaded.container("app") == ContainerCheckpoint("app", 99, 1.0, 3, {})
     assert loaded.container("nope") is None
 
 
@@ -158,7 +158,7 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(store: CheckpointStore,
         raise OSError(5, "simulated EIO")
 
     monkeypatch.setattr(os, "fsync", boom)
-    changed = record().with_container(ContainerRecord("app", pid=1))
+    changed = replace(record(), containers=(ContainerCheckpoint("app", pid=1),))
     with pytest.raises(OSError):
         store.save(changed)
     monkeypatch.undo()

@@ -83,7 +83,7 @@ class FakeAgent:
 
     async def create_pod(self, m: dict[str, Any]) -> dict[str, Any]:
         self.created.append(m)
-        pod = parse_pod(m)  # ValidationErrors -> 400 Invalid
+        pod = parse_pod(m)  # ValidationErrors -> 422 Invalid
         if pod.metadata.name == "huge":
             raise AdmissionError("OutOfmemory", "Node didn't have enough resource: memory")
         if (pod.metadata.namespace, pod.metadata.name) in self.pods:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nodeagent.core.model import parse_pod
-from nodeagent.core.qos import oom_score_adj, qos_class
+from nodeagent.core.qos import is_node_critical, oom_score_adj, qos_class
 from nodeagent.core.quantity import parse_quantity
 from nodeagent.core.resources import pod_limits, pod_requests
 
@@ -24,6 +24,13 @@ def c(name: str, cpu: str | None = None, mem: str | None = None, sidecar: bool =
 def pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None) -> Any:
     return parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                       "spec": {"containers": containers, "initContainers": init or []}})
+
+
+def adj_of(p: Any, container: str, capacity: int) -> int:
+    """An init or app container's oom_score_adj from its own memory request (what the pod plan does)."""
+    found = next(c for c in [*p.spec.containers, *p.spec.init_containers] if c.name == container)
+    request = found.resources.requests.get("memory")
+    return oom_score_adj(qos_class(p), is_node_critical(p), request.value() if request is not None else 0, capacity)
 
 
 def q(d: dict[str, str]) -> dict[str, Any]:
@@ -54,4 +61,4 @@ def test_qos_counts_init_containers() -> None:
     guaranteed = pod([c("a", "1", "1Gi", limits=True)], [c("i", "1", "1Gi", limits=True)])
     assert qos_class(guaranteed) == "Guaranteed"
     assert qos_class(pod([c("a", "1", "1Gi", limits=True)], [c("i")])) == "Burstable"  # an init container without limits
-    assert oom_score_adj(pod([c("a", mem="1Gi")], [c("i", mem="2Gi")]), "i", 8 * 2**30) == 750
+    assert adj_of(pod([c("a", mem="1Gi")], [c("i", mem="2Gi")]), "i", 8 * 2**30) == 750

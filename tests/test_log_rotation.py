@@ -130,11 +130,11 @@ def test_prune_keeps_the_current_and_the_previous_run(tmp_path: Path) -> None:
     assert logs.prune_runs(str(tmp_path / "nope"), 5) == []
 
 
-def test_remove_pod_logs(tmp_path: Path) -> None:
+def test_remove_pod_dir(tmp_path: Path) -> None:
     d = logs.container_log_dir(str(tmp_path), "ns", "web", "u1", "app")
     logs.prepare_log_dir(d)
     write(Path(d) / "0.log", "x")
-    logs.remove_pod_logs(str(tmp_path), "ns", "web", "u1")
+    logs.remove_pod_dir(logs.pod_log_dir(str(tmp_path), "ns", "web", "u1"))
     assert not os.path.exists(logs.pod_log_dir(str(tmp_path), "ns", "web", "u1"))
 
 

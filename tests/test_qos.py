@@ -127,6 +127,13 @@ OOM_CASES: list[tuple[str, Any, list[tuple[Res, Res]], dict[str, Any], int, int,
 ]
 
 
+def adj_of(p: Pod, container: str, capacity: int) -> int:
+    """The container's oom_score_adj from its pod's class and criticality (what the pod's plan does)."""
+    c = next(c for c in p.spec.containers if c.name == container)
+    request = c.resources.requests.get("memory")
+    return oom_score_adj(qos_class(p), is_node_critical(p), request.value() if request is not None else 0, capacity)
+
+
 @pytest.mark.parametrize(
     ("factory", "containers", "spec", "capacity", "low", "high"),
     [c[1:] for c in OOM_CASES],
@@ -136,22 +143,20 @@ def test_oom_score_adj(
     factory: Any, containers: list[tuple[Res, Res]], spec: dict[str, Any], capacity: int, low: int, high: int
 ) -> None:
     p = factory(containers, **spec)
-    adj = oom_score_adj(p, "c0", capacity)
+    adj = adj_of(p, "c0", capacity)
     assert low <= adj <= high
 
 
 def test_oom_score_adj_is_per_container() -> None:
     p = pod([(_rl("", "4G"), _rl()), (_rl("", "2G"), _rl())])
-    assert oom_score_adj(p, "c0", STANDARD_MEMORY) == 500
-    assert oom_score_adj(p, "c1", STANDARD_MEMORY) == 750
+    assert adj_of(p, "c0", STANDARD_MEMORY) == 500
+    assert adj_of(p, "c1", STANDARD_MEMORY) == 750
 
 
 def test_oom_score_adj_rejects_bad_input() -> None:
     p = pod([(_rl(), _rl())])
-    with pytest.raises(ValueError, match="no container"):
-        oom_score_adj(p, "missing", STANDARD_MEMORY)
     with pytest.raises(ValueError, match="capacity"):
-        oom_score_adj(p, "c0", 0)
+        adj_of(p, "c0", 0)
 
 
 def test_constants() -> None:
@@ -186,4 +191,4 @@ def test_node_critical_class_without_critical_priority_is_not_node_critical() ->
     p = raw_pod([(_rl(), _rl())], priorityClassName="system-node-critical", priority=0)
     assert not is_critical(p)
     assert not is_node_critical(p)
-    assert oom_score_adj(p, "c0", STANDARD_MEMORY) == BESTEFFORT_OOM_SCORE_ADJ
+    assert adj_of(p, "c0", STANDARD_MEMORY) == BESTEFFORT_OOM_SCORE_ADJ

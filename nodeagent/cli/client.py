@@ -3,7 +3,7 @@
 Stdlib only (http.client): a CLI call makes one to three requests, so there is nothing to gain from
 an event loop. It talks over the agent's Unix socket (`<stateDir>/nodeagent.sock`, the default: no
 token needed, the socket's mode is the access control) or to `--server URL` (http or https, with
-an optional bearer token and client certificate). Every failure is an `AgentError` carrying one
+an optional bearer token and client certificate). Every failure is a `ClientError` carrying one
 readable line: the caller prints it and exits 1, never a traceback.
 """
 
@@ -21,7 +21,7 @@ SOCKET_NAME = "nodeagent.sock"
 DEFAULT_TIMEOUT = 60.0  # creating a pod waits for admission and the first spawn
 
 
-class AgentError(Exception):
+class ClientError(Exception):
     """One readable line about what went wrong; `code` is the HTTP status when the agent answered."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
@@ -66,17 +66,17 @@ class Target:
         if self.url is not None:
             parts = urlsplit(self.url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise AgentError(f"--server must be an http:// or https:// URL, got {self.url!r}")
+                raise ClientError(f"--server must be an http:// or https:// URL, got {self.url!r}")
             if (parts.path not in ("", "/")) or parts.query or parts.fragment:
-                raise AgentError(f"--server must be a bare scheme://host[:port] URL, got {self.url!r}")
+                raise ClientError(f"--server must be a bare scheme://host[:port] URL, got {self.url!r}")
             try:
                 parts.port  # noqa: B018 - validates the port
             except ValueError as e:
-                raise AgentError(f"--server {self.url!r}: {e}") from None
+                raise ClientError(f"--server {self.url!r}: {e}") from None
             if parts.scheme == "http" and (self.cacert or self.cert):
-                raise AgentError("--cacert/--cert/--key need an https:// --server")
+                raise ClientError("--cacert/--cert/--key need an https:// --server")
         if self.key and not self.cert:
-            raise AgentError("--key needs --cert")
+            raise ClientError("--key needs --cert")
 
     def describe(self) -> str:
         """How the target reads in an error line."""
@@ -133,7 +133,7 @@ class Client:
 
     def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
                 body: bytes | None = None, content_type: str | None = None) -> bytes:
-        """The response body of a 2xx answer; AgentError otherwise."""
+        """The response body of a 2xx answer; ClientError otherwise."""
         if query:
             path += "?" + urlencode({k: v for k, v in query.items() if v is not None})
         headers = {"Accept": "application/json"}
@@ -144,23 +144,23 @@ class Client:
         try:
             conn = self.target.connection()
         except (OSError, ssl.SSLError) as e:  # unreadable --cacert/--cert/--key
-            raise AgentError(f"cannot set up TLS for {self.target.describe()}: {_reason(e)}") from None
+            raise ClientError(f"cannot set up TLS for {self.target.describe()}: {_reason(e)}") from None
         try:
             try:
                 conn.request(method, path, body=body, headers=headers)
             except (OSError, http.client.HTTPException) as e:
-                raise AgentError(f"cannot reach the agent at {self.target.describe()}: "
+                raise ClientError(f"cannot reach the agent at {self.target.describe()}: "
                                  f"{_reason(e)}") from None
             try:
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException) as e:
-                raise AgentError(f"no answer from the agent at {self.target.describe()}: "
+                raise ClientError(f"no answer from the agent at {self.target.describe()}: "
                                  f"{_reason(e)}") from None
         finally:
             conn.close()
         if not 200 <= resp.status < 300:
-            raise AgentError(_error_message(resp.status, resp.reason, data), resp.status)
+            raise ClientError(_error_message(resp.status, resp.reason, data), resp.status)
         return data
 
     def get_json(self, path: str, query: dict[str, Any] | None = None) -> Any:
@@ -202,13 +202,13 @@ def _decode(data: bytes) -> Any:
     try:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError):
-        raise AgentError("the agent answered with something that is not JSON") from None
+        raise ClientError("the agent answered with something that is not JSON") from None
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise AgentError(f"the agent answered a {what} that is not a JSON object")
+        raise ClientError(f"the agent answered a {what} that is not a JSON object")
     return value
 
 
-__all__ = ["SOCKET_NAME", "AgentError", "Client", "Target", "UnixHTTPConnection", "pod_path"]
+__all__ = ["SOCKET_NAME", "Client", "ClientError", "Target", "UnixHTTPConnection", "pod_path"]

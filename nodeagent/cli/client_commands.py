@@ -20,8 +20,9 @@ import yaml
 
 from nodeagent.agent.config.settings import load_config, load_default_config
 from nodeagent.cli import render
-from nodeagent.cli.client import SOCKET_NAME, AgentError, Client, Target
+from nodeagent.cli.client import SOCKET_NAME, Client, ClientError, Target
 from nodeagent.daemonkit.configfile import ConfigError
+from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 DEFAULT_CONFIG = "/etc/nodeagent/config.yaml"
 FOLLOW_WINDOW = 1000  # lines re-read per poll to find where the previous poll ended
@@ -94,7 +95,7 @@ def _runs(command: Command) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args, Client(target_from_args(args)))
-        except (AgentError, UsageError) as e:
+        except (ClientError, UsageError) as e:
             print(f"nodeagent: {e}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -156,7 +157,7 @@ def cmd_status(args: argparse.Namespace, client: Client) -> int:
 def _items(listing: dict[str, Any]) -> list[dict[str, Any]]:
     items = listing.get("items")
     if not isinstance(items, list):
-        raise AgentError("the agent answered a list without items")
+        raise ClientError("the agent answered a list without items")
     return [i for i in items if isinstance(i, dict)]
 
 
@@ -215,12 +216,8 @@ def read_manifests(path: str, stdin: TextIO | None = None) -> list[dict[str, Any
         raise UsageError(f"cannot read {source}: {getattr(e, 'strerror', None) or e}") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise UsageError(f"{source}: invalid YAML: {e.problem or e}{where}") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{source}: invalid YAML: {e}") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise UsageError(f"{source}: {YamlProblem.of(e)}") from None
     objects: list[dict[str, Any]] = []
     for i, doc in enumerate(docs, 1):
         items = doc.get("items") if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
@@ -250,7 +247,7 @@ def cmd_apply(args: argparse.Namespace, client: Client) -> int:
         name = _name_of(obj)
         try:
             pod = client.create_pod(obj, args.namespace)
-        except AgentError as e:
+        except ClientError as e:
             if e.code is None:  # the agent is unreachable: the rest would fail the same way
                 raise
             failed += 1
@@ -268,7 +265,7 @@ def cmd_delete(args: argparse.Namespace, client: Client) -> int:
     for ns, name in refs:
         try:
             client.delete_pod(ns, name, args.grace_period)
-        except AgentError as e:
+        except ClientError as e:
             if e.code is None:
                 raise
             failed += 1
@@ -349,7 +346,7 @@ def follow_log(client: Client, ns: str, name: str, container: str | None, tail: 
                 key = _run_key(pod, container)
                 follower.reset()
             text = client.log(ns, name, container, follower.window)
-        except AgentError as e:
+        except ClientError as e:
             if e.code == 404:  # the pod is gone
                 return 0
             raise

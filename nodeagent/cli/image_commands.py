@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from nodeagent.cli import render
-from nodeagent.cli.client import AgentError, Client
+from nodeagent.cli.client import Client, ClientError
 from nodeagent.cli.client_commands import SubParsers, _connection_options, _dump, _items, _runs, _write
 
 PROGRESS_INTERVAL = 0.2
@@ -30,9 +30,9 @@ def _image(client: Client, method: str, path: str, body: dict[str, Any] | None =
     try:
         value = json.loads(data)
     except ValueError:
-        raise AgentError("the agent answered with something that is not JSON") from None
+        raise ClientError("the agent answered with something that is not JSON") from None
     if not isinstance(value, dict):
-        raise AgentError("the agent answered an image that is not a JSON object")
+        raise ClientError("the agent answered an image that is not a JSON object")
     return value
 
 
@@ -54,7 +54,7 @@ def _watch(client: Client, image_hint: str, done: threading.Event, out: TextIO) 
     while not done.wait(PROGRESS_INTERVAL):
         try:
             items = _items(client.get_json("/api/v1/images/pulls"))
-        except AgentError:
+        except ClientError:
             continue
         mine = [i for i in items if image_hint in str(i.get("image"))] or items
         if not mine:
@@ -131,7 +131,7 @@ def cmd_rm(args: argparse.Namespace, client: Client) -> int:
     for name in args.images:
         try:
             image = _image(client, "DELETE", "/api/v1/images/" + quote(name, safe=""))
-        except AgentError as e:
+        except ClientError as e:
             if e.code is None:
                 raise
             failed += 1

@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     """Start the agent on a config file and serve until SIGTERM/SIGINT."""
     import asyncio
 
-    from nodeagent.agent.daemon import Agent
+    from nodeagent.agent.daemon import build_agent
     from nodeagent.daemonkit.logsetup import configure_logging
 
     config = _load(args)
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     configure_logging(config.logging.level, config.logging.format)
     try:
-        agent = Agent(config, config_path=args.config)
+        agent = build_agent(config, config_path=args.config)
     except (OSError, ValueError) as exc:
         print(f"{args.config or 'defaults'}: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -41,6 +41,7 @@ from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
 from nodeagent.cluster.state import FOREIGN, NOMINATED, ClusterState
 from nodeagent.core.clock import Clock
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
@@ -55,7 +56,7 @@ class Binder:
         self.state, self.agents, self.clock = state, agents, clock
         self.queue: SchedulingQueue[PodRecord] = SchedulingQueue(clock, initial_backoff, max_backoff)
         self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = GuardedTasks("scheduler")  # binds and deletions in flight
         self._refused: dict[str, dict[str, float]] = {}  # pod -> node -> until (monotonic)
         self.refusal_memory = max(10.0, 3 * max_backoff)
         self.counters = {"scheduled": 0, "bound": 0, "unschedulable": 0, "preemptions": 0,
@@ -63,25 +64,14 @@ class Binder:
 
     # ---- plumbing ----------------------------------------------------------------------------
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("scheduler_task_failed", task=task.get_name(), error=repr(task.exception()))
+        return self._tasks.start(coro, name=name)
 
     async def drain(self) -> None:
         """Wait for the binds and deletions in flight (tests, benchmark, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.drain()
 
     async def cancel_all(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._tasks.close()
 
     def wake(self) -> None:
         self._wake.set()

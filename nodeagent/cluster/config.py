@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from nodeagent.core.names import validate_dns1123_subdomain
+from nodeagent.core.wellknown import NODEAGENT_API_VERSION
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     AuthenticationConfig,
@@ -28,7 +29,7 @@ from nodeagent.daemonkit.configfile import (
     read_yaml_file,
 )
 
-API_VERSION = "nodeagent.io/v1alpha1"
+API_VERSION = NODEAGENT_API_VERSION
 KIND = "SchedulerConfiguration"
 DEFAULT_PORT = 10251  # kube-scheduler's historical insecure port
 

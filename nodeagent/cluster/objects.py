@@ -21,6 +21,7 @@ from nodeagent.core.model import Pod, Toleration, parse_pod
 from nodeagent.core.names import dns1123_label_errors, invalid
 from nodeagent.core.qos import qos_class
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.wellknown import TAINT_MEMORY_PRESSURE
 
 POD_SCHEDULED = "PodScheduled"
 DISRUPTION_TARGET = "DisruptionTarget"
@@ -125,7 +126,7 @@ def new_pod(manifest: dict[str, Any], *, priority: int, class_name: str | None,
     return PodRecord(obj, pod, info)
 
 
-MEMORY_PRESSURE_TOLERATION = Toleration(key="node.kubernetes.io/memory-pressure", operator="Exists",
+MEMORY_PRESSURE_TOLERATION = Toleration(key=TAINT_MEMORY_PRESSURE, operator="Exists",
                                         effect="NoSchedule")
 
 

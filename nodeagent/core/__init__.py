@@ -3,8 +3,10 @@
 quantity (Kubernetes resource.Quantity, exact), names (DNS-1123), duration (Go durations),
 errors (field errors), clock (injectable time), timefmt (metav1.Time), model/ (Pod manifests:
 parsing, defaulting, validation), qos (QoS class, criticality, oom_score_adj), resources (pod
-requests, cpu shares/weight/quota, admission fit), expansion ($(VAR) references), downward (a
-container's environment from its pod: downward API, ConfigMap/Secret keys, envFrom).
+requests and limits, cpu shares/weight/quota, admission fit), tolerations (taints and
+Toleration.ToleratesTaint), wellknown (label, annotation, condition and taint names both sides use),
+expansion ($(VAR) references), downward (a container's environment from its pod: downward API,
+ConfigMap/Secret keys, envFrom).
 
 May import: the standard library and third-party libraries only; nothing else of nodeagent.
 """

@@ -12,6 +12,7 @@ from typing import Literal
 
 from nodeagent.core.model import SYSTEM_CRITICAL_PRIORITY, SYSTEM_NODE_CRITICAL, Pod
 from nodeagent.core.quantity import Quantity
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_MIRROR, CONFIG_SOURCE
 
 QOSClass = Literal["Guaranteed", "Burstable", "BestEffort"]
 GUARANTEED: QOSClass = "Guaranteed"
@@ -23,10 +24,6 @@ GUARANTEED_OOM_SCORE_ADJ = -997
 BESTEFFORT_OOM_SCORE_ADJ = 1000
 BURSTABLE_MIN_OOM_SCORE_ADJ = 1000 + GUARANTEED_OOM_SCORE_ADJ  # 3: stays above Guaranteed
 BURSTABLE_MAX_OOM_SCORE_ADJ = BESTEFFORT_OOM_SCORE_ADJ - 1  # 999: stays below BestEffort
-
-CONFIG_SOURCE_ANNOTATION = "kubernetes.io/config.source"
-CONFIG_MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-API_SERVER_SOURCE = "api"
 
 _QOS_RESOURCES = ("cpu", "memory")
 
@@ -63,12 +60,12 @@ def qos_class(pod: Pod) -> QOSClass:
 
 def is_static(pod: Pod) -> bool:
     """Static pods carry a config-source annotation other than "api" (kubelet's IsStaticPod)."""
-    source = pod.metadata.annotations.get(CONFIG_SOURCE_ANNOTATION)
+    source = pod.metadata.annotations.get(CONFIG_SOURCE)
     return source is not None and source != API_SERVER_SOURCE
 
 
 def is_mirror(pod: Pod) -> bool:
-    return CONFIG_MIRROR_ANNOTATION in pod.metadata.annotations
+    return CONFIG_MIRROR in pod.metadata.annotations
 
 
 def is_critical(pod: Pod) -> bool:
@@ -81,26 +78,19 @@ def is_node_critical(pod: Pod) -> bool:
     return is_critical(pod) and pod.spec.priority_class_name == SYSTEM_NODE_CRITICAL
 
 
-def oom_score_adj(pod: Pod, container_name: str, memory_capacity_bytes: int) -> int:
-    """GetContainerOOMScoreAdjust: -997 node-critical and Guaranteed, 1000 BestEffort, else
-    1000 - 1000*memoryRequest/capacity clamped to [3, 999], so a container that asks for more
-    of the node's memory is killed later.
+def oom_score_adj(qos: QOSClass, node_critical: bool, memory_request_bytes: int, memory_capacity_bytes: int) -> int:
+    """GetContainerOOMScoreAdjust for one container of a pod of class `qos` (`node_critical`:
+    is_node_critical(pod)), from the container's own memory request: -997 node-critical and
+    Guaranteed, 1000 BestEffort, else 1000 - 1000*memoryRequest/capacity clamped to [3, 999], so a
+    container that asks for more of the node's memory is killed later.
     """
     if memory_capacity_bytes <= 0:
         raise ValueError(f"memory capacity must be positive, got {memory_capacity_bytes}")
-    container = next((c for c in [*pod.spec.containers, *pod.spec.init_containers] if c.name == container_name), None)
-    if container is None:
-        raise ValueError(f"pod {pod.key} has no container {container_name!r}")
-    if is_node_critical(pod):
+    if node_critical or qos == GUARANTEED:
         return GUARANTEED_OOM_SCORE_ADJ
-    cls = qos_class(pod)
-    if cls == GUARANTEED:
-        return GUARANTEED_OOM_SCORE_ADJ
-    if cls == BEST_EFFORT:
+    if qos == BEST_EFFORT:
         return BESTEFFORT_OOM_SCORE_ADJ
-    request = container.resources.requests.get("memory")
-    memory_request = request.value() if request is not None else 0
-    adj = 1000 - (1000 * memory_request) // memory_capacity_bytes
+    adj = 1000 - (1000 * memory_request_bytes) // memory_capacity_bytes
     if adj < BURSTABLE_MIN_OOM_SCORE_ADJ:
         return BURSTABLE_MIN_OOM_SCORE_ADJ
     if adj == BESTEFFORT_OOM_SCORE_ADJ:

@@ -1,12 +1,19 @@
-"""CPU mapping from Kubernetes millicores to cgroup values (pure functions).
-
-Admission fit lives here too (see `fits`), since it is the other place where a pod's
-requests are weighed against the node.
+"""A pod's resources (pure): its summed requests and limits, the cgroup cpu values for
+millicores, and the admission fit, where a pod's requests are weighed against the node.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from nodeagent.core.quantity import Quantity
+
+if TYPE_CHECKING:
+    from nodeagent.core.model import Pod
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -50,24 +57,7 @@ def shares_to_cpu_weight(shares: int) -> int:
     return max(MIN_CPU_WEIGHT, min(MAX_CPU_WEIGHT, weight))
 
 
-def shares_to_cpu_weight_linear(shares: int) -> int:
-    """The kubelet's own linear map (KEP-2254), kept for comparison and documentation."""
-    if shares >= MAX_SHARES:
-        return MAX_CPU_WEIGHT
-    shares = max(MIN_SHARES, shares)
-    return 1 + ((shares - 2) * 9999) // 262142
-
-
-# ---- admission fit (kubelet lifecycle predicate / scheduler noderesources.Fits) -------------------
-
-from collections.abc import Callable, Iterable, Mapping  # noqa: E402  (appended section; keeps the cpu part untouched)
-from dataclasses import dataclass  # noqa: E402
-from typing import TYPE_CHECKING  # noqa: E402
-
-from nodeagent.core.quantity import Quantity  # noqa: E402
-
-if TYPE_CHECKING:
-    from nodeagent.core.model import Pod
+# ---- requests, limits and admission fit (kubelet lifecycle predicate / scheduler noderesources.Fits)
 
 OUT_OF_PREFIX = "OutOf"
 _FIRST_CHECKED = ("cpu", "memory", "ephemeral-storage")
@@ -127,6 +117,31 @@ def pod_limits(pod: Pod) -> dict[str, Quantity]:
     return _with_init_containers(pod, "limits")
 
 
+@dataclass(frozen=True)
+class PodResources:
+    """A pod's effective requests and limits, summed over its containers once (what admission,
+    the QoS tiers' weights and the pod cgroup's values read)."""
+
+    requests: Mapping[str, Quantity]
+    limits: Mapping[str, Quantity]
+    limited_everywhere: frozenset[str]  # resources every container declares a non-zero limit for
+
+    @property
+    def cpu_request_milli(self) -> int:
+        cpu = self.requests.get("cpu")
+        return cpu.milli_value() if cpu is not None else 0
+
+
+def pod_resources(pod: Pod) -> PodResources:
+    containers = pod.spec.containers
+    limited = {name for c in containers for name in c.resources.limits}
+    everywhere = frozenset(
+        name for name in limited
+        if all((q := c.resources.limits.get(name)) is not None and not q.is_zero() for c in containers)
+    )
+    return PodResources(MappingProxyType(pod_requests(pod)), MappingProxyType(pod_limits(pod)), everywhere)
+
+
 def _amount(name: str, q: Quantity) -> int:
     """The integers the kubelet's messages use: millicores for cpu, whole units otherwise."""
     return q.milli_value() if name == "cpu" else q.value()
@@ -143,13 +158,14 @@ def fits(
     Zero requests always fit. A resource the pod requests but the node does not have fails as
     OutOf<name>; unlike the kubelet we do not drop unknown extended resources from the check,
     since here no cluster-level component can satisfy them. A pod already in `admitted` (same uid)
-    is not counted twice. `requests_of` may return a cached `pod_requests` (the caller's).
+    is not counted twice. `requests_of` may return each pod's `pod_requests` summed once before
+(the caller's, for `pod` too).
     """
     requests_of = requests_of or pod_requests
     others = [p for p in admitted if p.metadata.uid != pod.metadata.uid]
     if len(others) + 1 > max_pods:
         return _insufficient("pods", 1, len(others), max_pods)
-    requested = pod_requests(pod)
+    requested = requests_of(pod)
     used = _sum_per_resource(requests_of(p) for p in others)
     zero = Quantity.from_value(0)
     rest = sorted(n for n in requested if n not in _FIRST_CHECKED)

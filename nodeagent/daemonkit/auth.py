@@ -102,7 +102,7 @@ class Peer:
 
 
 @dataclass(frozen=True)
-class Decision:
+class AuthDecision:
     allowed: bool
     identity: str
     code: int = 200
@@ -118,27 +118,27 @@ def bearer_token(header: str | None) -> str | None:
 
 
 def decide(mode: Authentication, token: bytes | None, peer: Peer, method: str, path: str,
-           authorization: str | None) -> Decision:
+           authorization: str | None) -> AuthDecision:
     """The access rules of this module's docstring, without I/O."""
     if mode == "none":
-        return Decision(True, "anonymous (authentication: none)")
+        return AuthDecision(True, "anonymous (authentication: none)")
     if peer.unix:
-        return Decision(True, "unix-socket")
+        return AuthDecision(True, "unix-socket")
     presented = bearer_token(authorization)
     if presented is not None:
         if not presented or token is None or not hmac.compare_digest(presented.encode(), token):
-            return Decision(False, "anonymous", 401, "invalid bearer token")
+            return AuthDecision(False, "anonymous", 401, "invalid bearer token")
         if not peer.tls and not peer.loopback:
-            return Decision(False, "token", 403, "bearer tokens are not accepted over plain HTTP from "
-                                                 "another host; use TLS (tlsCertFile)")
-        return Decision(True, "token")
+            return AuthDecision(False, "token", 403, "bearer tokens are not accepted over plain HTTP from "
+                                                     "another host; use TLS (tlsCertFile)")
+        return AuthDecision(True, "token")
     if peer.cert_subject is not None:
-        return Decision(True, f"x509:{peer.cert_subject}")
+        return AuthDecision(True, f"x509:{peer.cert_subject}")
     if path in OPEN_PATHS or (method in READ_METHODS and peer.loopback):
-        return Decision(True, "anonymous")
+        return AuthDecision(True, "anonymous")
     needs = "writes need" if method not in READ_METHODS else "requests from other hosts need"
-    return Decision(False, "anonymous", 401, f"{needs} a bearer token or a client certificate "
-                                             "(or the agent's Unix socket)")
+    return AuthDecision(False, "anonymous", 401, f"{needs} a bearer token or a client certificate "
+                                                 "(or the agent's Unix socket)")
 
 
 # ---- adapters ----
@@ -289,5 +289,15 @@ def unlink_unix_socket(path: str | None) -> None:
             pass
 
 
-__all__ = ["IDENTITY", "Authenticator", "Decision", "Peer", "bind_unix_socket", "check_bind_safety",
-           "decide", "make_ssl_context", "peer_of", "unlink_unix_socket"]
+__all__ = [
+    "IDENTITY",
+    "AuthDecision",
+    "Authenticator",
+    "Peer",
+    "bind_unix_socket",
+    "check_bind_safety",
+    "decide",
+    "make_ssl_context",
+    "peer_of",
+    "unlink_unix_socket",
+]

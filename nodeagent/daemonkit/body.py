@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from nodeagent.daemonkit.yamlerrors import YamlProblem
+
 MAX_DEPTH = 64
 MAX_NODES = 20_000  # a large pod manifest has a few hundred
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
@@ -85,13 +87,8 @@ def decode_body(raw: bytes, content_type: str) -> Any:
         try:
             _check_yaml_events(text)
             data = yaml.load(text, Loader=_Loader)
-        except yaml.MarkedYAMLError as e:
-            where = f" (line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1})" \
-                if e.problem_mark else ""
-            what = ", ".join(p for p in (e.context, e.problem) if p)
-            raise ValueError(f"invalid YAML: {what}{where}") from None
         except (yaml.YAMLError, RecursionError) as e:
-            raise ValueError(f"invalid YAML: {e}") from None
+            raise ValueError(str(YamlProblem.of(e))) from None
     else:
         try:
             data = json.loads(text, parse_constant=_reject_constant)

@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 
 from nodeagent.core.duration import format_go_duration, parse_go_duration
 from nodeagent.core.errors import format_loc
+from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 
 class ConfigError(ValueError):
@@ -176,11 +177,10 @@ def read_yaml(text: str, source: str) -> Any:
     """YAML text -> plain data (strict: no duplicate keys); ConfigError with the line on a syntax error."""
     try:
         return yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise ConfigError(source, [f"{where}invalid YAML: {problem}"]) from None
+    except (yaml.YAMLError, RecursionError) as exc:
+        problem = YamlProblem.of(exc)
+        where = f"{problem.where}: " if problem.where else ""
+        raise ConfigError(source, [f"{where}invalid YAML: {problem.what}"]) from None
 
 
 def read_yaml_file(path: str | Path) -> Any:

@@ -12,6 +12,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from nodeagent.core.errors import FieldError
+
 log = structlog.get_logger(__name__)
 
 _REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "AlreadyExists",
@@ -23,23 +25,33 @@ class StatusError(Exception):
     """Raised by handlers to answer with a Status object."""
 
     def __init__(self, code: int, message: str, reason: str | None = None,
-                 causes: Sequence[dict[str, str]] = (), name: str | None = None) -> None:
+                 causes: Sequence[dict[str, str]] = (), name: str | None = None, kind: str = "pods") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or _REASONS.get(code, "Unknown")
         self.causes = list(causes)
         self.name = name
+        self.kind = kind
+
+
+def invalid(kind_title: str, name: str, errors: Sequence[FieldError], *, kind: str = "pods") -> StatusError:
+    """The API server's answer to an object that fails validation (apierrors.NewInvalid): 422,
+    reason Invalid, `<Kind> "<name>" is invalid: <field>: <message>; ...`, one cause per field."""
+    causes = [{"reason": "FieldValueInvalid", "field": e.path, "message": e.message} for e in errors]
+    detail = "; ".join(str(e) for e in errors)
+    return StatusError(422, f'{kind_title} "{name}" is invalid: {detail}', "Invalid", causes, name or None, kind)
 
 
 def status_body(code: int, message: str, reason: str | None = None,
-                causes: Sequence[dict[str, str]] = (), name: str | None = None) -> dict[str, Any]:
+                causes: Sequence[dict[str, str]] = (), name: str | None = None,
+                kind: str = "pods") -> dict[str, Any]:
     body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
                             "status": "Failure", "message": message,
                             "reason": reason or _REASONS.get(code, "Unknown"), "code": code}
     details: dict[str, Any] = {}
     if name:
-        details.update(name=name, kind="pods")
+        details.update(name=name, kind=kind)
     if causes:
         details["causes"] = list(causes)
     if details:
@@ -49,7 +61,7 @@ def status_body(code: int, message: str, reason: str | None = None,
 
 def status_response(err: StatusError) -> web.Response:
     return web.json_response(
-        status_body(err.code, err.message, err.reason, err.causes, err.name), status=err.code)
+        status_body(err.code, err.message, err.reason, err.causes, err.name, err.kind), status=err.code)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -1,4 +1,5 @@
-"""Report: the agent's HTTP API (`create_app(backend)`), its Prometheus metrics and its
+"""Report: the agent's HTTP API (`create_app(backend)`), the AgentBackend protocol it calls and
+the adapter that implements it over the agent's parts, its Prometheus metrics and its
 registration with the control plane.
 
 May import: every other agent package, daemonkit, core.

@@ -15,13 +15,12 @@ from aiohttp import web
 from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists
 from nodeagent.agent.api.metrics import Metrics
 from nodeagent.core.errors import FieldError, ValidationErrors
-from nodeagent.core.qos import CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE
 from nodeagent.daemonkit.auth import Authenticator
 from nodeagent.daemonkit.body import decode_body
-from nodeagent.daemonkit.status import StatusError, status_middleware
+from nodeagent.daemonkit.status import StatusError, invalid, status_middleware
 
-_SOURCE_KEYS = frozenset({CONFIG_SOURCE_ANNOTATION, CONFIG_MIRROR_ANNOTATION,
-                          "kubernetes.io/config.hash"})
+_SOURCE_KEYS = frozenset({CONFIG_SOURCE, CONFIG_MIRROR, CONFIG_HASH})
 MAX_BODY = 1 << 20  # 1 MiB: a pod manifest is a few KiB; more is a mistake or an attack
 BACKEND: web.AppKey[AgentBackend] = web.AppKey("backend", AgentBackend)
 
@@ -77,14 +76,6 @@ def _kind(value: object) -> str:
         type(value), "number")
 
 
-def _invalid(name: str, errors: list[FieldError]) -> StatusError:
-    causes = [{"reason": "FieldValueInvalid", "field": e.path, "message": e.message}
-              for e in errors]
-    detail = "; ".join(str(e) for e in errors)
-    return StatusError(400, f'Pod "{name}" is invalid: {detail}', reason="Invalid",
-                       causes=causes, name=name or None)
-
-
 def _api_source(manifest: dict[str, Any]) -> dict[str, Any]:
     """Mark the pod as coming from the API. Static and mirror pods are critical (never
     evicted), so a client must not be able to claim to be one through annotations."""
@@ -97,7 +88,7 @@ def _api_source(manifest: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(annotations, dict):
         return manifest  # validation reports it
     annotations = {k: v for k, v in annotations.items() if k not in _SOURCE_KEYS}
-    annotations[CONFIG_SOURCE_ANNOTATION] = "api"
+    annotations[CONFIG_SOURCE] = API_SERVER_SOURCE
     return {**manifest, "metadata": {**meta, "annotations": annotations}}
 
 
@@ -116,9 +107,9 @@ async def create_pod(request: web.Request) -> web.Response:
     try:
         pod = await _backend(request).create_pod(_api_source(manifest))
     except ValidationErrors as e:
-        raise _invalid(name, e.errors) from None
+        raise invalid("Pod", name, e.errors) from None
     except FieldError as e:
-        raise _invalid(name, [e]) from None
+        raise invalid("Pod", name, [e]) from None
     except AdmissionError as e:
         raise StatusError(422, e.message, reason=e.reason, name=name or None) from None
     except AlreadyExists as e:

@@ -40,7 +40,7 @@ class AgentBackend(Protocol):
     def read_log(self, namespace: str, name: str, container: str | None,
                  tail: int | None) -> str | None:
         """The container's log (the only container if None); the last `tail` lines if set
-        (0: none). None if the pod or container is unknown; FieldError (400) if the request
+        (0: none). None if the pod or container is unknown; FieldError (400 BadRequest) if the request
         is ambiguous, e.g. no container named in a pod with several."""
         ...
 

@@ -27,9 +27,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from nodeagent.core.wellknown import PRESSURE_CONDITIONS
+
 log = structlog.get_logger(__name__)
 
-CONDITIONS = ("MemoryPressure", "DiskPressure", "PIDPressure")
+CONDITIONS = PRESSURE_CONDITIONS
 SIGNAL_UNIT = {
     "memory.available": "bytes", "allocatableMemory.available": "bytes",
     "nodefs.available": "bytes", "imagefs.available": "bytes",

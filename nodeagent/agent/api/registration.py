@@ -22,11 +22,11 @@ import aiohttp
 import structlog
 
 from nodeagent.agent.config.settings import Config
+from nodeagent.core.wellknown import API_URL as URL_ANNOTATION
 from nodeagent.daemonkit.auth import read_token
 
 log = structlog.get_logger(__name__)
 
-URL_ANNOTATION = "nodeagent.io/api-url"
 DEFAULT_TIMEOUT = 10.0
 
 

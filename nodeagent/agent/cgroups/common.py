@@ -76,6 +76,14 @@ def read_int(path: str, default: int = 0) -> int:
     return default if text in ("", "max") else int(text)
 
 
+def read_required_int(path: str, what: str) -> int:
+    """An integer file that must be there: CgroupError ENOENT naming `what` when the cgroup is gone."""
+    try:
+        return int(read_text(path))
+    except FileNotFoundError:
+        raise CgroupError(errno.ENOENT, f"{what}: no such cgroup") from None
+
+
 def read_flat_keyed(path: str) -> dict[str, int]:
     """A "key value" per line file (memory.stat, cpu.stat, memory.events); {} when missing."""
     try:

@@ -2,6 +2,8 @@
 
 Paths given to a driver are relative to the agent's cgroup root (e.g.
 "kubepods/burstable/pod<uid>/app"); a driver never touches anything outside that root.
+tests/cgroup_conformance.py holds what every driver must do; it runs against the fake in
+tests/fakes.py and, on real kernels, against the v1 and the v2 driver.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ class CgroupDriver(Protocol):
 
     def memory_usage(self, path: str) -> tuple[int, int]:
         """(usage, inactive file) bytes: what memory eviction needs, in two file reads (stats()
-        reads every controller, and on v1 walks the whole subtree for oom_kill)."""
+        reads every controller, and on v1 walks the whole subtree for oom_kill). Like stats() and
+        oom_kill_count(), an OSError when the cgroup does not exist."""
         ...
 
     def oom_kill_count(self, path: str) -> int:
@@ -89,6 +92,12 @@ class CgroupDriver(Protocol):
 
     def memory_dir(self, path: str) -> str:
         """Absolute directory of the cgroup in the memory hierarchy (for kernel notifications)."""
+        ...
+
+    def hierarchy(self, controller: str) -> str | None:
+        """Absolute mount of the hierarchy `controller` lives in (v2: the unified mount, for every
+        controller the kernel offers there; v1: that controller's mount), None where the kernel
+        does not offer it. What a caller reading kernel files next to the driver's needs."""
         ...
 
     def kill(self, path: str) -> None:

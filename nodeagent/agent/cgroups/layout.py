@@ -16,17 +16,16 @@ from collections.abc import Iterable, Mapping
 
 from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.core.errors import FieldError
-from nodeagent.core.model import Container, Pod
+from nodeagent.core.model import Container
 from nodeagent.core.names import validate_uid
-from nodeagent.core.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, QOSClass, qos_class
+from nodeagent.core.qos import BEST_EFFORT, BURSTABLE, GUARANTEED, QOSClass
 from nodeagent.core.quantity import Quantity
 from nodeagent.core.resources import (
     MIN_SHARES,
     QUOTA_PERIOD_US,
+    PodResources,
     milli_cpu_to_quota,
     milli_cpu_to_shares,
-    pod_limits,
-    pod_requests,
 )
 
 KUBEPODS = "kubepods"
@@ -82,38 +81,24 @@ def container_path(qos: QOSClass, uid: str, name: str) -> str:
     return f"{pod_path(qos, uid)}/{name}"
 
 
-def pod_cgroup_path(pod: Pod) -> str:
-    return pod_path(qos_class(pod), pod.metadata.uid)
-
-
 # -- values ----------------------------------------------------------------------------------
 
 
-def _declared(limits: Mapping[str, Quantity], name: str) -> bool:
-    """The kubelet's "limit declared": present and non-zero."""
-    q = limits.get(name)
-    return q is not None and not q.is_zero()
-
-
 def pod_cgroup_spec(
-    pod: Pod, *, pids_max: int | None = None, cpu_period_us: int = QUOTA_PERIOD_US
+    qos: QOSClass, resources: PodResources, *, pids_max: int | None = None, cpu_period_us: int = QUOTA_PERIOD_US
 ) -> CgroupSpec:
     """ResourceConfigForPod: shares from the summed cpu requests (BestEffort: the minimum);
     cpu quota only when every container limits cpu, memory.max only when every container limits
     memory (a Guaranteed pod always does both). `pids_max` is the kubelet's podPidsLimit."""
-    qos = qos_class(pod)
     if qos == BEST_EFFORT:
         return CgroupSpec(cpu_shares=MIN_SHARES, cpu_period_us=cpu_period_us, pids_max=pids_max)
-    requests = pod_requests(pod)
-    limits = pod_limits(pod)
-    cpu_request = requests.get("cpu")
-    shares = milli_cpu_to_shares(cpu_request.milli_value() if cpu_request is not None else 0)
-    containers = pod.spec.containers
+    limits = resources.limits
+    shares = milli_cpu_to_shares(resources.cpu_request_milli)
     cpu_quota = None
-    if all(_declared(c.resources.limits, "cpu") for c in containers):
+    if "cpu" in resources.limited_everywhere:
         cpu_quota = milli_cpu_to_quota(limits["cpu"].milli_value(), cpu_period_us)
     memory_max = None
-    if all(_declared(c.resources.limits, "memory") for c in containers):
+    if "memory" in resources.limited_everywhere:
         memory_max = limits["memory"].value()
     return CgroupSpec(
         cpu_shares=shares,
@@ -143,24 +128,14 @@ def container_cgroup_spec(container: Container, *, cpu_period_us: int = QUOTA_PE
     )
 
 
-def qos_cgroup_specs(pods: Iterable[Pod]) -> dict[str, CgroupSpec]:
-    """setCPUCgroupConfig: besteffort always the minimum shares; burstable the shares of the sum
-    of the Burstable pods' cpu requests (so the tier weighs what its pods asked for)."""
-    burstable_milli = 0
-    for pod in pods:
-        if qos_class(pod) != BURSTABLE:
-            continue
-        cpu = pod_requests(pod).get("cpu")
-        if cpu is not None:
-            burstable_milli += cpu.milli_value()
-    return qos_tier_specs(burstable_milli)
-
-
-def qos_tier_specs(burstable_cpu_milli: int) -> dict[str, CgroupSpec]:
-    """The QoS tiers' specs from the summed cpu requests of the Burstable pods (millicores)."""
+def qos_cgroup_specs(pods: Iterable[tuple[QOSClass, int]]) -> dict[str, CgroupSpec]:
+    """setCPUCgroupConfig, from each admitted pod's (QoS class, cpu request in millicores):
+    besteffort always the minimum shares; burstable the shares of the sum of the Burstable pods'
+    cpu requests (so the tier weighs what its pods asked for)."""
+    burstable_milli = sum(milli for qos, milli in pods if qos == BURSTABLE)
     return {
         BESTEFFORT_PATH: CgroupSpec(cpu_shares=MIN_SHARES),
-        BURSTABLE_PATH: CgroupSpec(cpu_shares=milli_cpu_to_shares(burstable_cpu_milli)),
+        BURSTABLE_PATH: CgroupSpec(cpu_shares=milli_cpu_to_shares(burstable_milli)),
     }
 
 

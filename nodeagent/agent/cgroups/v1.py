@@ -27,6 +27,7 @@ from nodeagent.agent.cgroups.common import (
     normalize_root,
     read_flat_keyed,
     read_int,
+    read_required_int,
     rmdir_retry,
     signal_until_empty,
     split_rel,
@@ -293,11 +294,14 @@ class CgroupV1Driver:
         """(usage, inactive file) bytes: what memory eviction needs, in two file reads (stats()
         also walks the whole subtree for oom_kill, O(pods) on kubepods)."""
         d = self.memory_dir(path)
-        usage = read_int(os.path.join(d, "memory.usage_in_bytes"))
+        usage = read_required_int(os.path.join(d, "memory.usage_in_bytes"), f"memory_usage {path}")
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("total_inactive_file", 0)
 
     def memory_dir(self, path: str) -> str:
         return os.path.join(self.hierarchies["memory"], *self._parts(path))
+
+    def hierarchy(self, controller: str) -> str | None:
+        return self.hierarchies.get(controller)
 
     def oom_kill_count(self, path: str) -> int:
         """Summed over the subtree like stats(), from plain memory.oom_control reads."""

@@ -22,6 +22,7 @@ from nodeagent.agent.cgroups.common import (
     read_flat_keyed,
     read_int,
     read_pids,
+    read_required_int,
     read_text,
     rmdir_retry,
     signal_until_empty,
@@ -219,11 +220,18 @@ class CgroupV2Driver:
     def memory_usage(self, path: str) -> tuple[int, int]:
         """(usage, inactive file) bytes: what memory eviction needs, in two file reads."""
         d = self._dir(path)
-        usage = read_int(os.path.join(d, "memory.current"))
+        usage = read_required_int(os.path.join(d, "memory.current"), f"memory_usage {d}")
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("inactive_file", 0)
 
     def memory_dir(self, path: str) -> str:
         return self._dir(path)
+
+    def hierarchy(self, controller: str) -> str | None:
+        try:
+            offered = read_text(os.path.join(self.mount, "cgroup.controllers")).split()
+        except FileNotFoundError:
+            return None
+        return self.mount if controller in offered else None
 
     def oom_kill_count(self, path: str) -> int:
         d = self._dir(path)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent.agent.config.settings import Config, restart_required_changes
+from nodeagent.core.wellknown import NODEAGENT_API_VERSION
 
 
 def changed_keys(old: Config, new: Config) -> list[str]:
@@ -23,7 +24,7 @@ class ReloadResult:
     errors: list[str] = field(default_factory=list)  # why the file was rejected (nothing changed)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"apiVersion": "nodeagent.io/v1alpha1", "kind": "ConfigReload", "ok": self.ok,
+        return {"apiVersion": NODEAGENT_API_VERSION, "kind": "ConfigReload", "ok": self.ok,
                 "applied": self.applied, "restartRequired": self.restart_required, "errors": self.errors}
 
 

@@ -31,6 +31,7 @@ from nodeagent.agent.config.thresholds import DEFAULT_EVICTION_HARD, IGNORED_SIG
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.names import validate_dns1123_subdomain
 from nodeagent.core.quantity import Quantity, QuantityField
+from nodeagent.core.wellknown import NODEAGENT_API_VERSION
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     AuthenticationConfig,
@@ -49,7 +50,7 @@ from nodeagent.daemonkit.configfile import (
 
 KUBELET_API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KUBELET_KIND = "KubeletConfiguration"
-API_VERSION = "nodeagent.io/v1alpha1"
+API_VERSION = NODEAGENT_API_VERSION
 KIND = "NodeAgentConfiguration"
 _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/agent/config/defaults.yaml"

@@ -44,12 +44,15 @@ from nodeagent.agent.config.thresholds import (
     Threshold,
 )
 from nodeagent.agent.eviction.observations import Observation
+from nodeagent.core import wellknown
 from nodeagent.core.model import Pod
 from nodeagent.core.qos import BEST_EFFORT, is_critical, qos_class
+from nodeagent.core.tolerations import Taint, tolerated_by_any
+from nodeagent.core.wellknown import TAINT_MEMORY_PRESSURE
 
-MEMORY_PRESSURE = "MemoryPressure"
-DISK_PRESSURE = "DiskPressure"
-PID_PRESSURE = "PIDPressure"
+MEMORY_PRESSURE = wellknown.NODE_MEMORY_PRESSURE
+DISK_PRESSURE = wellknown.NODE_DISK_PRESSURE
+PID_PRESSURE = wellknown.NODE_PID_PRESSURE
 CONDITION_ORDER = (MEMORY_PRESSURE, DISK_PRESSURE, PID_PRESSURE)
 
 SIGNAL_CONDITION: dict[str, str] = {
@@ -75,7 +78,6 @@ SIGNAL_ORDER = (
 )
 
 EVICTION_REASON = "Evicted"  # the kubelet's eviction.Reason, for pod status and admission
-MEMORY_PRESSURE_TAINT = "node.kubernetes.io/memory-pressure"
 
 
 def is_hard(threshold: Threshold) -> bool:
@@ -295,16 +297,12 @@ def step(
     return new_state, decision
 
 
+_MEMORY_PRESSURE_TAINT = Taint(TAINT_MEMORY_PRESSURE)  # NoSchedule, no value
+
+
 def _tolerates_memory_pressure(pod: Pod) -> bool:
     """TolerationsTolerateTaint for node.kubernetes.io/memory-pressure:NoSchedule (no value)."""
-    for tol in pod.spec.tolerations:
-        if tol.effect and tol.effect != "NoSchedule":
-            continue
-        if tol.key and tol.key != MEMORY_PRESSURE_TAINT:
-            continue
-        if tol.operator == "Exists" or (tol.operator in ("Equal", "") and not tol.value):
-            return True
-    return False
+    return tolerated_by_any(pod.spec.tolerations, _MEMORY_PRESSURE_TAINT)
 
 
 def admit_under_pressure(pod: Pod, conditions: Iterable[str]) -> tuple[bool, str | None, str]:

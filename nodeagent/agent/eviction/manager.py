@@ -5,6 +5,12 @@ Differences from the kubelet, on purpose:
 - it evicts as many pods as the shortfall needs in one pass (estimating each victim's yield
   from its usage), waits for the kills to complete, and re-observes at once;
 - hard evictions kill at once (grace 0): being late means losing the race to the OOM killer.
+
+Progress, for the watchdog (daemonkit/progress.py): the loop completes a pass at least every
+`interval + max(1, evictionMaxPodGracePeriod) + PASS_SLACK_S` seconds. Between passes it sleeps
+at most `interval`; a pass may wait for its victims for their grace period, then for the kill
+(bounded in the runtime), and may walk pod directories for disk usage; PASS_SLACK_S covers those.
+A loop past that bound is wedged (`stalled()`), and the agent stops its watchdog pings.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from typing import Protocol
 
 import structlog
 
+from nodeagent.agent.config.settings import Config
 from nodeagent.agent.config.thresholds import Threshold
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.evaluate import (
+    EVICTION_REASON,
     EvictionState,
     admit_under_pressure,
     is_hard,
@@ -30,10 +38,17 @@ from nodeagent.agent.eviction.observations import Observation, PodUsage
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import Pod
+from nodeagent.daemonkit.progress import Heartbeat
 
 log = structlog.get_logger(__name__)
 
 DISK_RESOURCES = ("ephemeral-storage", "inodes")
+PASS_SLACK_S = 60.0  # a pass's own work beyond its victims' grace period (see the module docstring)
+
+
+def pass_bound(interval: float, max_pod_grace_period: int) -> float:
+    """Seconds within which the next pass must complete (see the module docstring)."""
+    return interval + max(1, max_pod_grace_period) + PASS_SLACK_S
 
 
 class PodsAccess(Protocol):
@@ -94,6 +109,7 @@ class EvictionManager:
         self.evictions_total: dict[str, int] = {}
         self.on_pass: list[Callable[[PassResult], None]] = []
         self._evicted: set[str] = set()  # uids already evicted: never evicted (or counted) twice
+        self.progress = Heartbeat(clock, "eviction loop", pass_bound(interval, max_pod_grace_period))
 
     # ---- what others ask ----
     @property
@@ -103,17 +119,33 @@ class EvictionManager:
     def admit(self, pod: Pod) -> tuple[str, str] | None:
         """Admission under pressure: (reason, message) to refuse, or None."""
         ok, reason, message = admit_under_pressure(pod, self.conditions)
-        return None if ok else (reason or "Evicted", message)
+        return None if ok else (reason or EVICTION_REASON, message)
+
+    def stalled(self) -> list[str]:
+        """Why the loop is not making progress (empty when it is); see the module docstring."""
+        return self.progress.stale()
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: thresholds, periods and the interval swap live (see set_thresholds)."""
+        self.interval = config.housekeeping_interval
+        self.set_thresholds(config.thresholds, transition_period=config.eviction_pressure_transition_period,
+                            max_pod_grace_period=config.eviction_max_pod_grace_period)
 
     def set_thresholds(self, thresholds: Sequence[Threshold], *, transition_period: float,
                        max_pod_grace_period: int) -> None:
-        """Swap thresholds live (config reload); pods are untouched, the next pass uses them."""
+        """Swap thresholds live; pods are untouched and the next pass, which this wakes, uses
+        them (conditions and their timestamps carry over)."""
         self.thresholds = list(thresholds)
         self.transition_period = transition_period
         self.max_pod_grace_period = max_pod_grace_period
+        self.progress.bound = pass_bound(self.interval, max_pod_grace_period)
         self.state = EvictionState(node_conditions_last_observed_at=self.state.node_conditions_last_observed_at,
                                    node_conditions=self.state.node_conditions)
         self.wake.set()
+
+    def use_poll(self, next_interval: Callable[[dict[str, Observation]], float]) -> None:
+        """How long to sleep between passes at most, from the last observations (adaptive poll)."""
+        self.next_interval = next_interval
 
     # ---- one pass ----
     def observe_now(self) -> dict[str, Observation]:
@@ -167,7 +199,7 @@ class EvictionManager:
         self._evicted.add(pod.metadata.uid)
         grace = 0 if is_hard(threshold) else eviction_grace_period(threshold, pod, self.max_pod_grace_period)
         message = eviction_message(resource, threshold, observed, pod, usage.get(pod.metadata.uid))
-        self.events.record("Evicted", message, namespace=pod.metadata.namespace, name=pod.metadata.name,
+        self.events.record(EVICTION_REASON, message, namespace=pod.metadata.namespace, name=pod.metadata.name,
                            uid=pod.metadata.uid, signal=threshold.signal, threshold=threshold.value_text(),
                            observed=observed.available if observed else None, grace_period=grace)
         self.evictions_total[threshold.signal] = self.evictions_total.get(threshold.signal, 0) + 1
@@ -185,12 +217,14 @@ class EvictionManager:
         return min(self.interval, self.next_interval(self.last_observations))
 
     async def run(self) -> None:
+        self.progress.beat()
         while True:
             self.wake.clear()
             try:
                 await self.synchronize()
             except Exception:  # one bad pass must not end protection of the node
                 log.exception("eviction_pass_failed")
+            self.progress.beat()
             if self.wake.is_set():
                 continue
             try:

@@ -107,7 +107,7 @@ def fs_observations(nodefs: FsStats, imagefs: FsStats | None = None, time: float
     is not given or sits on the same device, as on a kubelet node without a dedicated imagefs."""
     node_bytes, node_inodes = _fs_pair(nodefs, time)
     out = {NODEFS_AVAILABLE: node_bytes, NODEFS_INODES_FREE: node_inodes}
-    if imagefs is None or (imagefs.device is not None and imagefs.device == nodefs.device):
+    if imagefs is None or not has_dedicated_imagefs(nodefs, imagefs):
         out[IMAGEFS_AVAILABLE], out[IMAGEFS_INODES_FREE] = node_bytes, node_inodes
     else:
         out[IMAGEFS_AVAILABLE], out[IMAGEFS_INODES_FREE] = _fs_pair(imagefs, time)

@@ -11,11 +11,13 @@ against min(pid_max, threads-max).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.config.settings import Config
 from nodeagent.agent.eviction.observations import (
     ContainerUsage,
     FsStats,
@@ -26,21 +28,8 @@ from nodeagent.agent.eviction.observations import (
     memory_available,
     pid_available,
 )
-from nodeagent.core.model import Pod
-from nodeagent.core.qos import qos_class
-
-PROC_MEMINFO = "/proc/meminfo"
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per key."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
+from nodeagent.agent.node.allocatable import NodeAllocatable
+from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
 
 
 def meminfo_working_set(info: dict[str, int]) -> tuple[int, int]:
@@ -76,6 +65,10 @@ class NodeObserver:
     allocatable_memory: int | None  # the pods cgroup's enforced memory (allocatableMemory.available)
     now: Callable[[], float]
 
+    def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
+        """A reload: allocatableMemory.available is measured against the new enforced memory."""
+        self.allocatable_memory = allocatable.enforced_memory
+
     def memory(self) -> Observation:
         capacity, ws = meminfo_working_set(parse_meminfo(_read(PROC_MEMINFO)))
         return Observation(available=max(0, capacity - ws), capacity=capacity, time=self.now())
@@ -98,7 +91,7 @@ class NodeObserver:
         return fs_observations(nodefs, imagefs, self.now())
 
     def pids(self) -> Observation:
-        pid_max = int(_read("/proc/sys/kernel/pid_max"))
+        pid_max = int(_read(PROC_PID_MAX))
         threads_max = int(_read("/proc/sys/kernel/threads-max"))
         return pid_available(pid_max, parse_loadavg_tasks(_read("/proc/loadavg")), threads_max, self.now())
 
@@ -121,28 +114,46 @@ def dir_usage(path: str) -> tuple[int, int]:
     return total, inodes
 
 
-def pod_usage(driver: CgroupDriver, pod: Pod, pod_dir: str | None, with_disk: bool) -> PodUsage:
+class ContainerPaths(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def cgroup_path(self) -> str: ...
+
+
+class PodPaths(Protocol):
+    """Where a pod's usage is read: its cgroups and its directory (the pod manager's plans)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def cgroup_path(self) -> str: ...
+    @property
+    def log_dir(self) -> str: ...
+    @property
+    def containers(self) -> Sequence[ContainerPaths]: ...
+
+
+def pod_usage(driver: CgroupDriver, pod: PodPaths, with_disk: bool) -> PodUsage:
     """A pod's memory working set and processes from its cgroups; disk only when asked (it walks)."""
-    qos = qos_class(pod)
-    uid = pod.metadata.uid
     try:
-        stats = driver.stats(layout.pod_path(qos, uid))
+        stats = driver.stats(pod.cgroup_path)
         memory, processes = stats.working_set, stats.pids_current
     except OSError:
         memory = processes = 0
     containers = []
-    for c in pod.spec.containers:
+    for c in pod.containers:
         try:
-            ws: int | None = driver.stats(layout.container_path(qos, uid, c.name)).working_set
+            ws: int | None = driver.stats(c.cgroup_path).working_set
         except OSError:
             ws = None
         containers.append(ContainerUsage(c.name, memory_working_set=ws))
     disk = inodes = 0
-    if with_disk and pod_dir and os.path.isdir(pod_dir):
-        disk, inodes = dir_usage(pod_dir)
-    return PodUsage(uid=uid, memory_working_set=memory, ephemeral_storage=disk, inodes=inodes,
+    if with_disk and os.path.isdir(pod.log_dir):
+        disk, inodes = dir_usage(pod.log_dir)
+    return PodUsage(uid=pod.uid, memory_working_set=memory, ephemeral_storage=disk, inodes=inodes,
                     processes=processes, containers=tuple(containers))
 
 
-def pods_usage(driver: CgroupDriver, pods: Iterable[tuple[Pod, str | None]], with_disk: bool) -> dict[str, PodUsage]:
-    return {pod.metadata.uid: pod_usage(driver, pod, d, with_disk) for pod, d in pods}
+def pods_usage(driver: CgroupDriver, pods: Iterable[PodPaths], with_disk: bool) -> dict[str, PodUsage]:
+    return {pod.uid: pod_usage(driver, pod, with_disk) for pod in pods}

@@ -6,7 +6,9 @@
     cgroup v2: memory.high on kubepods HIGH_MARGIN above the hard threshold's line (crossing
                it throttles the allocator and bumps memory.events "high", which inotify turns
                into a wake-up that finds the threshold met); PSI where the kernel has it.
-    always:    adaptive polling (AdaptivePoll), from housekeepingInterval down to 25 ms.
+    always:    adaptive polling (AdaptivePoll), from housekeepingInterval down to 25 ms; the
+               poll plans for slower fills where the kernel reports the hard line itself, so it
+               is built here, once what got armed is known (`start`, `reconfigure`).
 
 Which kernel mechanisms are armed can be narrowed (benchmarks, or a kernel where one misbehaves)
 with NODEAGENT_EVICTION_WAKEUPS: a comma list of "psi", "memcg", "memory-events", or "none"
@@ -27,22 +29,26 @@ import structlog
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.config.settings import Config
 from nodeagent.agent.config.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
 from nodeagent.agent.eviction.evaluate import is_hard
 from nodeagent.agent.eviction.manager import EvictionManager, PassResult
 from nodeagent.agent.eviction.notify import (
     PSI_SYSTEM_MEMORY,
+    AdaptivePoll,
+    KernelNotifier,
     MemcgThresholdNotifier,
     MemoryEventsNotifier,
-    Notifier,
     PsiNotifier,
     close_all,
     event_waker,
+    rate_floor,
     set_memory_high,
     start_all,
 )
 from nodeagent.agent.eviction.observations import Observation
 from nodeagent.agent.eviction.signals import kubepods_memory
+from nodeagent.agent.node.allocatable import NodeAllocatable
 
 log = structlog.get_logger(__name__)
 
@@ -50,11 +56,9 @@ REARM_SLACK = 2 * 1024 * 1024  # re-arm only when a line moved by more than this
 # memory.high sits this far ABOVE the line (in kubepods usage). The line is an estimate (the node's
 # other usage moves, file pages count differently in memory.current and memory.available): a
 # memory.high below the true line throttles the allocator short of the threshold, where a wake-up
-# finds nothing to evict and the hog creeps on throttled (measured in the UML guest: 330 ms from
-# crossing to eviction); `spent` moves such a memory.high up at once. The margin is what a hog
-# must allocate past the line before the kernel tells us: 1 MiB is ~8 ms in the UML guest, where
-# every page fault is slow (4 MiB measured 74/218 ms p50/p99 crossing -> death, 1 MiB 64/117 ms,
-# both on a loaded host).
+# finds nothing to evict; `spent` moves such a memory.high up at once. The margin is what a hog
+# must allocate past the line before the kernel tells us, so it is kept small (measurements:
+# bench/README.md, "memory.high 1 MiB above the hard line").
 HIGH_MARGIN = 1 * 1024 * 1024
 HIGH_SLACK = 1024 * 1024  # memory.high follows the line closely (one write per move)
 WAKEUPS_ENV = "NODEAGENT_EVICTION_WAKEUPS"
@@ -115,19 +119,26 @@ class MemoryWakeups:
     def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None,
                  observe_memory: Callable[[], Observation], mechanisms: frozenset[str] | None = None) -> None:
         """`observe_memory` reads memory.available alone: the lines need nothing else, and they
-        are recomputed after every pass (a full observation there, statvfs and pids included,
-        cost idle CPU: 1.20% -> 1.08% of the UML guest's core without it)."""
+        are recomputed after every pass, where a full observation (statvfs, pids) would cost idle
+        CPU for nothing (bench/README.md, "Wake-up lines")."""
         self.observe_memory = observe_memory
         self.mechanisms = parse_mechanisms(os.environ.get(WAKEUPS_ENV)) if mechanisms is None else mechanisms
         self.driver = driver
         self.manager = manager
         self.enforced_memory = enforced_memory
         self.wake = event_waker(manager.wake)
-        self.notifiers: list[Notifier] = []
+        self.notifiers: list[KernelNotifier] = []
         self.unavailable: dict[str, str] = {}
         self.lines: list[int] = []
         self._memcg: MemcgThresholdNotifier | None = None
         self._kubepods = driver.memory_dir(layout.KUBEPODS)
+
+    @property
+    def memory_high(self) -> int | None:
+        """The memory.high kept on kubepods (v2, when armed), so a rewrite of kubepods keeps it."""
+        if self.driver.version != 2 or MEMORY_EVENTS not in self.mechanisms or not self.lines:
+            return None
+        return self.lines[0]
 
     def _current_lines(self, hard_only: bool) -> list[int]:
         return self._lines_and_usage(hard_only)[0]
@@ -142,14 +153,14 @@ class MemoryWakeups:
 
     async def start(self) -> dict[str, str]:
         """Arm what this kernel offers; returns {mechanism: why unavailable}."""
-        candidates: list[Notifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)] if PSI in self.mechanisms else []
+        candidates: list[KernelNotifier] = [PsiNotifier(self.wake, PSI_SYSTEM_MEMORY)] if PSI in self.mechanisms else []
         if self.driver.version == 1:
             self.lines = self._current_lines(hard_only=False)
             if self.lines and MEMCG in self.mechanisms:
                 self._memcg = MemcgThresholdNotifier(self.wake, self._kubepods, self.lines)
                 candidates.append(self._memcg)
         elif MEMORY_EVENTS in self.mechanisms:
-            self._apply_memory_high()
+            self._set_memory_high(self._memory_high()[0])
             candidates.append(MemoryEventsNotifier(self.wake, self._kubepods, keys=("high", "max", "oom", "oom_kill")))
         self.notifiers, self.unavailable = await start_all(candidates)
         self.unavailable.update(dict.fromkeys(sorted(MECHANISMS - self.mechanisms), f"disabled by {WAKEUPS_ENV}"))
@@ -157,7 +168,19 @@ class MemoryWakeups:
             self._memcg = None
         log.info("eviction_wakeups_armed", armed=[n.name for n in self.notifiers], unavailable=self.unavailable,
                  lines=self.lines)
+        self.manager.use_poll(self._poll())  # its floor depends on what got armed
         return self.unavailable
+
+    def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
+        """A reload, after the manager's own reconfigure and a fresh observation: the lines move
+        to the new thresholds and enforced memory, then the poll is rebuilt for what is armed now."""
+        self.enforced_memory = allocatable.enforced_memory
+        self._move_lines(exact=True)
+        self.manager.use_poll(self._poll())
+
+    def _poll(self) -> AdaptivePoll:
+        return AdaptivePoll(self.manager.thresholds, max_s=self.manager.interval,
+                            rate_floor=rate_floor(self.notified_at_line))
 
     @property
     def notified_at_line(self) -> bool:
@@ -175,28 +198,39 @@ class MemoryWakeups:
             value = min(value, self.enforced_memory)
         return value, usage
 
-    def _apply_memory_high(self, value: int | None = None) -> None:
-        value = self._memory_high()[0] if value is None else value
+    def _set_memory_high(self, value: int | None) -> None:
+        """Write kubepods' memory.high (None: "max") and remember it as the line."""
         try:
             set_memory_high(self._kubepods, value)
             self.lines = [value] if value is not None else []
         except OSError as e:
+            self.lines = []  # what the kernel holds is unknown: written again after the next pass
             log.warning("memory_high_set_failed", error=str(e))
 
     def after_pass(self, result: PassResult) -> None:
         """Move the lines with the node: a line is only right for the usage it was computed at."""
+        self._move_lines(exact=False)
+
+    def _move_lines(self, *, exact: bool) -> None:
+        """After a pass a line moves when it moved by more than the slack or was spent; on a
+        reload (`exact`) any change is written, so memory.high never stays above a lowered
+        enforced memory (the one clamp is in _memory_high) or behind a removed threshold."""
         try:
             if self.driver.version == 1:
                 if self._memcg is None:
                     return
                 new, usage = self._lines_and_usage(hard_only=False)
-                if new and (moved(self.lines, new) or spent(self.lines, new, usage)):
+                if new and (new != self.lines if exact else (moved(self.lines, new) or spent(self.lines, new, usage))):
                     self._memcg.rearm(new)
                     self.lines = new
             elif MEMORY_EVENTS in self.mechanisms:
                 value, usage = self._memory_high()
-                if value is not None and (moved(self.lines, [value], HIGH_SLACK) or spent(self.lines, [value], usage)):
-                    self._apply_memory_high(value)
+                if exact:
+                    if [value] != self.lines and (value is not None or self.lines):
+                        self._set_memory_high(value)
+                elif value is not None and (moved(self.lines, [value], HIGH_SLACK)
+                                            or spent(self.lines, [value], usage)):
+                    self._set_memory_high(value)
         except (OSError, ValueError) as e:
             log.warning("eviction_wakeups_rearm_failed", error=str(e))
 

@@ -1,5 +1,5 @@
-"""The node itself: capacity, allocatable, the Node object, addresses, static pod files, /proc
-facts about processes, and the agent's own priorities.
+"""The node itself: capacity, allocatable, the Node object and its reporter, addresses, static pod
+files, /proc facts (processes, meminfo), and the agent's own priorities.
 
-May import: cgroups, config, events, core.
+May import: cgroups, config, events, core, daemonkit.
 """

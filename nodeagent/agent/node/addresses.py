@@ -1,9 +1,9 @@
 """Node addresses for status.addresses: global interface addresses (netlink) plus the hostname.
 
 The daemon reads them in a one-shot child process (`read_in_child`, `python -m
-nodeagent.agent.node.addresses`): pyroute2 loads ~160 modules, 14 MiB of resident memory the agent
-would carry for its whole life to make one netlink request at start. The child costs about
-0.2 s of CPU once.
+nodeagent.agent.node.addresses`): pyroute2's modules would stay resident in the agent for its
+whole life to make one netlink request at start, while the child costs a fraction of a second of
+CPU once (bench/README.md, "Node addresses").
 """
 
 from __future__ import annotations

@@ -10,10 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
 from nodeagent.core.quantity import Quantity
-
-PROC_MEMINFO = "/proc/meminfo"
-PROC_PID_MAX = "/proc/sys/kernel/pid_max"
 
 
 @dataclass(frozen=True)
@@ -48,30 +46,10 @@ class Capacity:
 
 def parse_meminfo_total(text: str) -> int:
     """MemTotal from /proc/meminfo, in bytes."""
-    for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            fields = line.split()
-            value = int(fields[1])
-            unit = fields[2] if len(fields) > 2 else ""
-            return value * 1024 if unit.lower() == "kb" else value
-    raise ValueError("MemTotal not found in meminfo")
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """A kernel cpu list such as "0-3,8,10-11" (cpuset.cpus.effective) -> set of cpu ids."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            first, last = (int(x) for x in part.split("-", 1))
-            if last < first:
-                raise ValueError(f"invalid cpu range {part!r}")
-            cpus.update(range(first, last + 1))
-        else:
-            cpus.add(int(part))
-    return frozenset(cpus)
+    total = parse_meminfo(text).get("MemTotal")
+    if total is None:
+        raise ValueError("MemTotal not found in meminfo")
+    return total
 
 
 def parse_pid_max(text: str) -> int:

@@ -3,13 +3,13 @@
 OOM: like the kubelet, the agent sets its own oom_score_adj to -999, so the kernel kills pods first
 (pods get theirs from qos.py in the spawn shim, not by inheritance).
 
-CPU: on a busy node the eviction pass competes with the very pods that fill memory. At nice 0, passes
-of ~2 ms in the 1-CPU UML guest were now and then cut by a whole 10 ms scheduler tick, which
-showed up in the crossing -> SIGKILL tail; at nice -10 the tail shrank (bench/eviction_bench.py
-latency, README). Nice and policy are per thread on Linux; this sets the calling thread, the one
-that runs the event loop and so every eviction pass. SCHED_RESET_ON_FORK makes every new task
-start at nice 0 with the normal policy: pods and the address probe, and also the loop's worker
-threads (file reads handed off with asyncio.to_thread), which need no head start.
+CPU: on a busy node the eviction pass competes with the very pods that fill memory, and a pass cut
+by a scheduler tick shows in the reaction tail, so the loop runs at a better nice than the pods
+(bench/README.md, "The loop thread at nice -10"). Nice and policy are per thread on Linux; this
+sets the calling thread, the one that runs the event loop and so every eviction pass.
+SCHED_RESET_ON_FORK makes every new task start at nice 0 with the normal policy: pods and the
+address probe, and also the loop's worker threads (file reads handed off with asyncio.to_thread),
+which need no head start.
 """
 
 from __future__ import annotations

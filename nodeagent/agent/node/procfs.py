@@ -1,5 +1,6 @@
-"""What /proc says about processes: start time and parent (from /proc/<pid>/stat), boot time,
-our capabilities and our own oom_score_adj. The one reader of these files in the agent."""
+"""What /proc says: about processes (start time and parent from /proc/<pid>/stat, our
+capabilities and our own oom_score_adj), boot time, and memory (/proc/meminfo parsed). The one
+parser of these files in the agent."""
 
 from __future__ import annotations
 
@@ -7,6 +8,19 @@ import os
 from functools import lru_cache
 
 CAP_SYS_RESOURCE = 24
+PROC_MEMINFO = "/proc/meminfo"
+PROC_PID_MAX = "/proc/sys/kernel/pid_max"
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo as bytes per key ("kB" values multiplied out)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1)
+    return out
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

@@ -26,11 +26,13 @@ import yaml
 
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.wellknown import CONFIG_HASH as HASH_ANNOTATION
+from nodeagent.core.wellknown import CONFIG_SOURCE as SOURCE_ANNOTATION
+from nodeagent.core.wellknown import FILE_SOURCE
+from nodeagent.daemonkit.yamlerrors import YamlProblem
 
 log = structlog.get_logger(__name__)
 
-SOURCE_ANNOTATION = "kubernetes.io/config.source"
-HASH_ANNOTATION = "kubernetes.io/config.hash"
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_MANIFEST_BYTES = 10 << 20  # the kubelet's maxConfigLength
 
@@ -89,9 +91,9 @@ def static_defaults(doc: Mapping[str, Any], node_name: str) -> tuple[dict[str, A
         tolerations = [noexec]
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
-        annotations = {**annotations, SOURCE_ANNOTATION: "file", HASH_ANNOTATION: config_hash}
+        annotations = {**annotations, SOURCE_ANNOTATION: FILE_SOURCE, HASH_ANNOTATION: config_hash}
     elif annotations is None:
-        annotations = {SOURCE_ANNOTATION: "file", HASH_ANNOTATION: config_hash}
+        annotations = {SOURCE_ANNOTATION: FILE_SOURCE, HASH_ANNOTATION: config_hash}
     name = meta.get("name")
     new_meta = {**meta, "annotations": annotations,
                 "namespace": meta.get("namespace") or "default",
@@ -112,13 +114,8 @@ def _load(path: Path) -> Any:
         return yaml.safe_load(raw.decode("utf-8"))  # JSON is YAML
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8: {e.reason} at byte {e.start}") from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = ", ".join(p for p in (e.context, e.problem) if p)
-        raise ValueError(f"invalid YAML: {what}{where}") from None
     except (yaml.YAMLError, RecursionError) as e:
-        raise ValueError(f"invalid YAML: {e}") from None
+        raise ValueError(str(YamlProblem.of(e))) from None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,16 @@ import nodeagent
 from nodeagent.core.clock import Clock
 from nodeagent.core.errors import FieldError
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.wellknown import (
+    LABEL_ARCH,
+    LABEL_HOSTNAME,
+    LABEL_OS,
+    NODE_DISK_PRESSURE,
+    NODE_MEMORY_PRESSURE,
+    NODE_PID_PRESSURE,
+    NODE_READY,
+    PRESSURE_CONDITIONS,
+)
 
 if TYPE_CHECKING:
     from nodeagent.core.quantity import Quantity
@@ -25,19 +35,19 @@ REQUIRED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pods")
 
 # (type, status) -> (reason, message), as the kubelet words them (pkg/kubelet/nodestatus).
 _WORDING: dict[tuple[str, bool], tuple[str, str]] = {
-    ("Ready", True): ("KubeletReady", "kubelet is posting ready status"),
-    ("Ready", False): ("KubeletNotReady", "kubelet is not ready"),
-    ("MemoryPressure", False): ("KubeletHasSufficientMemory",
+    (NODE_READY, True): ("KubeletReady", "kubelet is posting ready status"),
+    (NODE_READY, False): ("KubeletNotReady", "kubelet is not ready"),
+    (NODE_MEMORY_PRESSURE, False): ("KubeletHasSufficientMemory",
                                 "kubelet has sufficient memory available"),
-    ("MemoryPressure", True): ("KubeletHasInsufficientMemory",
+    (NODE_MEMORY_PRESSURE, True): ("KubeletHasInsufficientMemory",
                                "kubelet has insufficient memory available"),
-    ("DiskPressure", False): ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-    ("DiskPressure", True): ("KubeletHasDiskPressure", "kubelet has disk pressure"),
-    ("PIDPressure", False): ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-    ("PIDPressure", True): ("KubeletHasInsufficientPID",
+    (NODE_DISK_PRESSURE, False): ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    (NODE_DISK_PRESSURE, True): ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+    (NODE_PID_PRESSURE, False): ("KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    (NODE_PID_PRESSURE, True): ("KubeletHasInsufficientPID",
                             "kubelet has insufficient PID available"),
 }
-CONDITION_TYPES = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
+CONDITION_TYPES = (NODE_READY, *PRESSURE_CONDITIONS)
 
 _GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386",
            "i386": "386", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
@@ -67,10 +77,10 @@ class ConditionTracker:
                    pid_pressure: bool, not_ready_message: str | None = None
                    ) -> list[dict[str, str]]:
         """The four node conditions, in the kubelet's order (pressure first, Ready last)."""
-        return [self.condition("MemoryPressure", memory_pressure),
-                self.condition("DiskPressure", disk_pressure),
-                self.condition("PIDPressure", pid_pressure),
-                self.condition("Ready", ready, None if ready else not_ready_message)]
+        return [self.condition(NODE_MEMORY_PRESSURE, memory_pressure),
+                self.condition(NODE_DISK_PRESSURE, disk_pressure),
+                self.condition(NODE_PID_PRESSURE, pid_pressure),
+                self.condition(NODE_READY, ready, None if ready else not_ready_message)]
 
 
 @dataclass(frozen=True)
@@ -102,9 +112,9 @@ def build_node(inp: NodeStatusInput, tracker: ConditionTracker) -> dict[str, Any
     `tracker` carries condition transition times from one report to the next."""
     if not inp.name:
         raise FieldError("metadata.name", "required")
-    labels = {"kubernetes.io/hostname": inp.name,
-              "kubernetes.io/os": inp.node_info.get("operatingSystem", "linux"),
-              "kubernetes.io/arch": inp.node_info.get("architecture", "")}
+    labels = {LABEL_HOSTNAME: inp.name,
+              LABEL_OS: inp.node_info.get("operatingSystem", "linux"),
+              LABEL_ARCH: inp.node_info.get("architecture", "")}
     labels.update(inp.labels)
     return {
         "apiVersion": "v1", "kind": "Node",

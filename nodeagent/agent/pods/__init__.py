@@ -1,5 +1,6 @@
-"""Pods on this node: the PodManager (admission, re-adoption, checkpoints), one PodWorker per pod,
+"""Pods on this node: the PodManager (admission, re-adoption, checkpoints), the pod plan
+(everything below admission needs, derived once), one PodWorker per pod, the static pod sync,
 and the pod side of eviction.
 
-May import: eviction, runtime, node, cgroups, config, events, core.
+May import: eviction, runtime, node, cgroups, config, events, core, daemonkit.
 """

@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def _check(validate: Callable[[str], None], value: object, path: str) -> None:
 
 
 @dataclass(frozen=True)
-class ContainerRecord:
+class ContainerCheckpoint:
     """Enough to re-adopt a running process: the pid plus its start time, which guards against
     pid reuse (the runtime's choice of clock, e.g. psutil's create_time(), epoch seconds).
     `last_state` is the Kubernetes-shaped lastState, e.g. {"terminated": {"exitCode": 137}}."""
@@ -57,21 +57,14 @@ class ContainerRecord:
 
 
 @dataclass(frozen=True)
-class PodRecord:
+class PodCheckpoint:
     namespace: str
     name: str
     uid: str
     manifest: Mapping[str, Any]
-    containers: tuple[ContainerRecord, ...] = ()
+    containers: tuple[ContainerCheckpoint, ...] = ()
 
-    def with_container(self, record: ContainerRecord) -> PodRecord:
-        """A copy with `record` replacing the container of the same name (or appended)."""
-        if self.container(record.name) is None:
-            return replace(self, containers=(*self.containers, record))
-        return replace(self, containers=tuple(
-            record if c.name == record.name else c for c in self.containers))
-
-    def container(self, name: str) -> ContainerRecord | None:
+    def container(self, name: str) -> ContainerCheckpoint | None:
         return next((c for c in self.containers if c.name == name), None)
 
 
@@ -93,7 +86,7 @@ def filename_for(namespace: str, name: str) -> str:
     return base + ".json"
 
 
-def _encode(record: PodRecord) -> bytes:
+def _encode(record: PodCheckpoint) -> bytes:
     data = {
         "namespace": record.namespace, "name": record.name, "uid": record.uid,
         "manifest": record.manifest,
@@ -107,7 +100,7 @@ def _encode(record: PodRecord) -> bytes:
                       sort_keys=True, indent=1).encode()
 
 
-def _decode(raw: bytes) -> PodRecord:
+def _decode(raw: bytes) -> PodCheckpoint:
     """Parse and verify a checkpoint; any defect raises ValueError with the reason."""
     try:
         doc = json.loads(raw)
@@ -123,10 +116,10 @@ def _decode(raw: bytes) -> PodRecord:
         raise ValueError(f"malformed record: data is {type(data).__name__}, not an object")
     try:
         containers = tuple(
-            ContainerRecord(name=c["name"], pid=c["pid"], start_time=c["startTime"],
+            ContainerCheckpoint(name=c["name"], pid=c["pid"], start_time=c["startTime"],
                             restart_count=int(c["restartCount"]), last_state=c["lastState"])
             for c in data["containers"])
-        return PodRecord(namespace=data["namespace"], name=data["name"], uid=str(data["uid"]),
+        return PodCheckpoint(namespace=data["namespace"], name=data["name"], uid=str(data["uid"]),
                          manifest=data["manifest"], containers=containers)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"malformed record: {type(e).__name__}: {e}") from None
@@ -152,7 +145,7 @@ class CheckpointStore:
     def path_for(self, namespace: str, name: str) -> Path:
         return self.directory / filename_for(namespace, name)
 
-    def save(self, record: PodRecord) -> Path:
+    def save(self, record: PodCheckpoint) -> Path:
         """Atomically replace the pod's checkpoint; a crash leaves the old or the new file."""
         target = self.path_for(record.namespace, record.name)
         payload = _encode(record)
@@ -169,7 +162,7 @@ class CheckpointStore:
         _fsync_dir(self.directory)
         return target
 
-    def load(self, namespace: str, name: str) -> PodRecord | None:
+    def load(self, namespace: str, name: str) -> PodCheckpoint | None:
         """One pod's record; None if absent. Raises ValueError if the file is corrupt."""
         try:
             raw = self.path_for(namespace, name).read_bytes()
@@ -186,10 +179,10 @@ class CheckpointStore:
         _fsync_dir(self.directory)
         return True
 
-    def load_all(self) -> tuple[list[PodRecord], list[CheckpointProblem]]:
+    def load_all(self) -> tuple[list[PodCheckpoint], list[CheckpointProblem]]:
         """Read every checkpoint at startup (before any save): leftover temp files from a crash
         are removed, unreadable files are reported and moved aside."""
-        records: list[PodRecord] = []
+        records: list[PodCheckpoint] = []
         problems: list[CheckpointProblem] = []
         for path in sorted(self.directory.iterdir()):
             if path.name.startswith(_TMP_PREFIX):

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import structlog
 
+from nodeagent.agent.eviction.evaluate import EVICTION_REASON
 from nodeagent.agent.eviction.observations import PodUsage
 from nodeagent.agent.eviction.signals import pods_usage
 from nodeagent.agent.pods.manager import PodManager
@@ -37,21 +38,19 @@ class PodEvictionAccess:
     def __init__(self, manager: PodManager) -> None:
         self.manager = manager
 
-    def _pod_dir(self, pod: Pod) -> str:
-        m = pod.metadata
-        return logs.pod_log_dir(self.manager.env.state_dir, m.namespace, m.name, m.uid)
-
     def evictable_pods(self) -> list[Pod]:
         return self.manager.active_pods()
 
     def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
-        return pods_usage(self.manager.env.driver, [(p, self._pod_dir(p)) for p in pods], with_disk)
+        plans = {w.plan.uid: w.plan for w in self.manager.pods.values()}
+        known = [plans[p.metadata.uid] for p in pods if p.metadata.uid in plans]
+        return pods_usage(self.manager.env.driver, known, with_disk)
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
         if worker is None or worker.terminal:
             return
-        await self.manager.terminate(worker, grace_period, remove=False, reason="Evicted", message=message)
+        await self.manager.terminate(worker, grace_period, remove=False, reason=EVICTION_REASON, message=message)
 
     async def reclaim_node_garbage(self) -> int:
         """Terminated pods' data and logs, and logs of containers' earlier runs."""
@@ -60,14 +59,13 @@ class PodEvictionAccess:
     def _reclaim(self) -> int:
         freed = 0
         for worker in list(self.manager.pods.values()):
-            pod_dir = self._pod_dir(worker.pod)
+            pod_dir = worker.plan.log_dir
             # every finished pod, not only deleted/evicted ones: a completed pod (restartPolicy
             # Never/OnFailure) still listed holds dead containers, which the kubelet's
             # DeleteAllUnusedContainers removes for disk pressure as well
             if worker.finished:
                 freed += _tree_size(pod_dir)
-                m = worker.pod.metadata
-                logs.remove_pod_logs(self.manager.env.state_dir, m.namespace, m.name, m.uid)
+                logs.remove_pod_dir(pod_dir)
                 continue
             for cw in worker.workers.values():
                 current = cw.log_path

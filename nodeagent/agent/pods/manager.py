@@ -1,13 +1,19 @@
 """PodManager: admits pods, runs them through PodWorkers, checkpoints them, re-adopts them.
 
-It is the AgentBackend the HTTP API talks to. Admission uses the pure fit function against the
-node allocatable; the cgroup tree under the agent's root is set up once (kubepods and its QoS
-tiers) and the QoS tiers' weights follow the pods as they come and go.
+Admission plans each pod once (plan.py: QoS class, requests, cgroup values, launch specs) and
+fits its requests against the node allocatable; the cgroup tree under the agent's root is set up
+once (kubepods and its QoS tiers) and the QoS tiers' weights follow the pods as they come and go.
+A reload reaches it through `reconfigure`. Its background work (checkpoint writes, stopping pods)
+runs as guarded tasks (daemonkit/tasks.py).
+
+Progress, for the watchdog (daemonkit/progress.py): one checkpoint write (fsync included) is a
+step bounded by CHECKPOINT_STEP_S.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,19 +21,23 @@ import structlog
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.config.settings import Config
+from nodeagent.agent.node.allocatable import NodeAllocatable
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
+from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.runtime import logs
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod, parse_pod
-from nodeagent.core.qos import BURSTABLE
 from nodeagent.core.quantity import Quantity
-from nodeagent.core.resources import fits, pod_requests
+from nodeagent.core.resources import fits
+from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
 AdmitHook = Callable[[Pod], "tuple[str, str] | None"]  # (reason, message) to refuse, else None
+CHECKPOINT_STEP_S = 30.0  # one pod's checkpoint: write, fsync, rename, fsync the directory
 
 
 class PodManager:
@@ -40,17 +50,21 @@ class PodManager:
         enforced_allocatable: Mapping[str, Quantity] | None,
         max_pods: int,
         extra_admit: AdmitHook | None = None,
+        kubepods_memory_high: Callable[[], int | None] = lambda: None,
     ) -> None:
+        """`kubepods_memory_high`: the memory.high the eviction wake-ups keep on kubepods now, so a
+        rewrite of kubepods' limits keeps it."""
         self.env = env
         self.checkpoints = checkpoints
         self.allocatable = dict(allocatable)
         self.enforced_allocatable = dict(enforced_allocatable) if enforced_allocatable else None
         self.max_pods = max_pods
         self.extra_admit = extra_admit
+        self.kubepods_memory_high = kubepods_memory_high
         self.pods: dict[tuple[str, str], PodWorker] = {}
         self._dirty: set[tuple[str, str]] = set()
         self._saver: asyncio.Task[None] | None = None
-        self._stopping: set[asyncio.Task[None]] = set()
+        self._tasks = GuardedTasks("pods")  # checkpoint writes, pods stopping
         self._lock = asyncio.Lock()
         self._qos_applied: dict[str, CgroupSpec] = {}
 
@@ -62,13 +76,24 @@ class PodManager:
         driver.create(layout.KUBEPODS, spec)
         self.update_qos_cgroups()
 
+    def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
+        """A reload: the allocatable pods are admitted against, maxPods, and kubepods' limits
+        (its memory.high kept as the eviction wake-ups have it)."""
+        self.allocatable = dict(allocatable.allocatable)
+        enforced = allocatable.enforced_limits
+        self.enforced_allocatable = dict(enforced) if enforced else None
+        self.max_pods = config.max_pods
+        if enforced:
+            spec = layout.kubepods_spec(enforced, memory_high=self.kubepods_memory_high())
+            self.env.driver.update(layout.KUBEPODS, spec)
+
     def update_qos_cgroups(self, *, force: bool = False) -> None:
         """QoS tier weights from the pods that are admitted now (burstable = sum of requests).
 
         Only a tier whose spec changed is written; `force` rewrites both (housekeeping does, so
         a value changed behind our back is put right within an interval)."""
-        milli = sum(w.cpu_request_milli for w in self.pods.values() if not w.terminal and w.qos == BURSTABLE)
-        for path, spec in layout.qos_tier_specs(milli).items():
+        admitted = [(w.plan.qos, w.plan.cpu_request_milli) for w in self.pods.values() if not w.terminal]
+        for path, spec in layout.qos_cgroup_specs(admitted).items():
             if force or self._qos_applied.get(path) != spec:
                 self.env.driver.create(path, spec)
                 self._qos_applied[path] = spec
@@ -80,11 +105,12 @@ class PodManager:
         for record in records:
             try:
                 pod = parse_pod(dict(record.manifest))
+                plan = self.env.plan(pod)
             except ValueError as e:
                 messages.append(f"checkpoint {record.namespace}/{record.name}: {e}")
                 log.error("checkpoint_pod_invalid", pod=f"{record.namespace}/{record.name}", error=str(e))
                 continue
-            worker = PodWorker(pod, self.env, self._changed)
+            worker = PodWorker(plan, self.env, self._changed)
             self.pods[(pod.metadata.namespace, pod.metadata.name)] = worker
             worker.start(record)
             log.info("pod_restored", pod=pod.key, uid=pod.metadata.uid)
@@ -118,19 +144,24 @@ class PodManager:
     def _changed(self, worker: PodWorker) -> None:
         self._dirty.add((worker.pod.metadata.namespace, worker.pod.metadata.name))
         if self._saver is None or self._saver.done():
-            self._saver = asyncio.get_running_loop().create_task(self._save_dirty())
+            self._saver = self._tasks.start(self._save_dirty(), name="checkpoints")
 
     async def _save_dirty(self) -> None:
         while self._dirty:
             key = self._dirty.pop()
             worker = self.pods.get(key)
             try:
-                if worker is None or (worker.terminal and worker.finished and worker.deletion_time):
-                    await asyncio.to_thread(self.checkpoints.delete, *key)
-                else:
-                    await asyncio.to_thread(self.checkpoints.save, worker.record())
+                with self._step(f"checkpoint of pod {'/'.join(key)}", CHECKPOINT_STEP_S):
+                    if worker is None or (worker.terminal and worker.finished and worker.deletion_time):
+                        await asyncio.to_thread(self.checkpoints.delete, *key)
+                    else:
+                        await asyncio.to_thread(self.checkpoints.save, worker.record())
             except (OSError, ValueError) as e:
                 log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
+
+    def _step(self, what: str, bound: float) -> contextlib.AbstractContextManager[None]:
+        steps = self.env.steps
+        return steps.step(what, bound) if steps is not None else contextlib.nullcontext()
 
     async def flush(self) -> None:
         """Wait until every pending checkpoint write is on disk."""
@@ -142,36 +173,47 @@ class PodManager:
         """Pods that hold resources: admitted, not terminal, not finished (the kubelet's filter)."""
         return [w.pod for w in self.pods.values() if not w.terminal and w.phase not in ("Succeeded", "Failed")]
 
-    def admit(self, pod: Pod) -> None:
-        key = (pod.metadata.namespace, pod.metadata.name)
-        if key in self.pods:
-            raise AlreadyExists(*key)
-        known = {w.pod.metadata.uid: w.requests for w in self.pods.values()}
-        result = fits(pod, self.allocatable, self.active_pods(), self.max_pods,
-                      requests_of=lambda p: known.get(p.metadata.uid) or pod_requests(p))
+    def _plan(self, pod: Pod) -> PodPlan:
+        """The pod's plan; what cannot be planned cannot be set up on this node."""
+        try:
+            return self.env.plan(pod)
+        except (OSError, ValueError) as e:
+            log.error("pod_start_failed", pod=pod.key, error=str(e))
+            raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
+
+    def admit(self, plan: PodPlan) -> None:
+        """Fit the planned pod's requests next to the admitted pods'; AdmissionError if it does not."""
+        requests = {w.plan.uid: w.plan.requests for w in self.pods.values()}
+        requests[plan.uid] = plan.requests
+        result = fits(plan.pod, self.allocatable, self.active_pods(), self.max_pods,
+                      requests_of=lambda p: requests[p.metadata.uid])
         if not result.ok:
             raise AdmissionError(result.reason or "OutOfResources", result.message)
         if self.extra_admit is not None:
-            refused = self.extra_admit(pod)
+            refused = self.extra_admit(plan.pod)
             if refused is not None:
                 raise AdmissionError(*refused)
 
     async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
         pod = parse_pod(manifest)
         async with self._lock:
-            self.admit(pod)
-            worker = PodWorker(pod, self.env, self._changed)
-            self.pods[(pod.metadata.namespace, pod.metadata.name)] = worker
+            key = (pod.metadata.namespace, pod.metadata.name)
+            if key in self.pods:
+                raise AlreadyExists(*key)
+            plan = self._plan(pod)
+            self.admit(plan)
+            worker = PodWorker(plan, self.env, self._changed)
+            self.pods[key] = worker
             try:
                 worker.start()
             except (OSError, ValueError) as e:
-                del self.pods[(pod.metadata.namespace, pod.metadata.name)]
+                del self.pods[key]
                 worker.remove_cgroups()
                 log.error("pod_start_failed", pod=pod.key, error=str(e))
                 raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
             self.update_qos_cgroups()
         await asyncio.sleep(0)  # let the container tasks take their first step: the spawn
-        log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.qos)
+        log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.plan.qos)
         self._changed(worker)
         return worker.to_dict()
 
@@ -201,16 +243,12 @@ class PodManager:
             key = (worker.pod.metadata.namespace, worker.pod.metadata.name)
             if remove and self.pods.get(key) is worker:
                 del self.pods[key]
-                meta = worker.pod.metadata
-                await asyncio.to_thread(logs.remove_pod_logs, self.env.state_dir, meta.namespace, meta.name, meta.uid)
+                await asyncio.to_thread(logs.remove_pod_dir, worker.plan.log_dir)
                 log.info("pod_removed", pod=worker.pod.key)
             self.update_qos_cgroups()
             self._changed(worker)
 
-        task = asyncio.get_running_loop().create_task(run(), name=f"stop:{worker.pod.key}")
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
-        return task
+        return self._tasks.start(run(), name=f"stop:{worker.pod.key}")
 
     def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
         worker = self.pods.get((namespace, name))
@@ -227,13 +265,19 @@ class PodManager:
         lines = logs.tail(cw.log_path, tail if tail is not None else 10**9)
         return "".join(line + "\n" for line in lines)
 
-    def node(self) -> dict[str, Any]:  # replaced by the daemon's node reporter
-        raise NotImplementedError
+    def rotate_logs(self) -> None:
+        """Rotate every container's current log that grew past its size (blocking: call in a thread)."""
+        for worker in list(self.pods.values()):
+            for cw in list(worker.workers.values()):
+                try:
+                    logs.rotate(cw.log_path)
+                except OSError as e:
+                    log.warning("log_rotate_failed", path=cw.log_path, error=str(e))
 
     # ---- shutdown ----
     async def wait_stopping(self) -> None:
-        if self._stopping:
-            await asyncio.gather(*list(self._stopping), return_exceptions=True)
+        """Wait until the pods being stopped are stopped (and their checkpoints written)."""
+        await self._tasks.drain()
 
     async def detach_all(self) -> None:
         """Agent shutdown: checkpoint, then let go of every process (they keep running)."""

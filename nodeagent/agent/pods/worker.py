@@ -1,35 +1,44 @@
 """PodWorker: one admitted pod on this node: its cgroups, its container workers, its status.
 
 The worker owns the pod's cgroup subtree (`kubepods/<qos>/pod<uid>/<container>`) and one
-ContainerWorker per container. It reports every container state change to `on_change`, so the
-manager can checkpoint it, and answers the Kubernetes-shaped status of the pod.
+ContainerWorker per container, both made from the pod's plan (plan.py): it creates what the plan
+says and derives nothing from the manifest itself. It reports every container state change to
+`on_change`, so the manager can checkpoint it, and answers the Kubernetes-shaped status of the pod.
+
+Progress, for the watchdog (daemonkit/progress.py): removing the pod's cgroups after a stop is a
+step bounded by REMOVE_STEP_S; the containers' own steps are the runtime's (supervisor.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
-from nodeagent.agent.pods.checkpoint import ContainerRecord, PodRecord
+from nodeagent.agent.eviction.evaluate import EVICTION_REASON
+from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, PodCheckpoint
+from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
-from nodeagent.agent.runtime.spawn import LaunchSpec, clamp_oom_score_adj
+from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.agent.runtime.state import ContainerStatus, Terminated, pod_phase
-from nodeagent.agent.runtime.supervisor import ContainerConfig, ContainerWorker
+from nodeagent.agent.runtime.supervisor import ContainerWorker
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import Pod
-from nodeagent.core.qos import is_static, oom_score_adj, qos_class
-from nodeagent.core.resources import pod_requests
 from nodeagent.core.timefmt import parse_rfc3339, rfc3339
+from nodeagent.daemonkit.progress import Steps
+from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
+
+
+REMOVE_STEP_S = 30.0  # kill + rmdir of a stopped pod's cgroups: each bounded by the driver's 5 s timeouts
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,13 @@ class PodEnv:
     memory_capacity: int
     clock: Clock
     backoff_factory: Callable[[], CrashBackoff] | None = None
+    clamp_oom_score_adj: Callable[[int], int] = clamp_oom_score_adj
+    steps: Steps | None = None  # where workers report the steps the watchdog bounds (None: nowhere)
+
+    def plan(self, pod: Pod) -> PodPlan:
+        """The pod's plan on this node (see plan.py)."""
+        return plan_pod(pod, state_dir=self.state_dir, memory_capacity=self.memory_capacity,
+                        clamp_oom_score_adj=self.clamp_oom_score_adj)
 
 
 def terminated_from_dict(data: Any) -> Terminated | None:
@@ -58,71 +74,55 @@ def terminated_from_dict(data: Any) -> Terminated | None:
         return None
 
 
-def _container_record(name: str, w: ContainerWorker) -> ContainerRecord:
+def _container_record(name: str, w: ContainerWorker) -> ContainerCheckpoint:
     """pid + start time while running; the final Terminated state under "current" once done,
     so a completed container is not run again after an agent restart."""
     st = w.status
     saved: dict[str, Any] = dict(st.last_state.to_dict()) if st.last_state else {}
     if w.pid is None and isinstance(st.state, Terminated):
         saved["current"] = st.state.to_dict()
-    return ContainerRecord(name=name, pid=w.pid, start_time=w.start_time,
+    return ContainerCheckpoint(name=name, pid=w.pid, start_time=w.start_time,
                            restart_count=st.restart_count, last_state=saved)
 
 
 class PodWorker:
-    def __init__(self, pod: Pod, env: PodEnv, on_change: Callable[[PodWorker], None]) -> None:
-        self.pod = pod
+    def __init__(self, plan: PodPlan, env: PodEnv, on_change: Callable[[PodWorker], None]) -> None:
+        self.plan = plan
         self.env = env
-        self.qos = qos_class(pod)
-        self.requests = pod_requests(pod)  # the pod is frozen: admission and QoS weights reuse it
-        cpu = self.requests.get("cpu")
-        self.cpu_request_milli = cpu.milli_value() if cpu is not None else 0
-        self.cgroup_path = layout.pod_path(self.qos, pod.metadata.uid)
         self._on_change = on_change
         self.workers: dict[str, ContainerWorker] = {}
         self._tasks: dict[str, asyncio.Task[Terminated | None]] = {}
+        self._guard = GuardedTasks(f"pod {plan.pod.key}")
         self.start_time: float = env.clock.wall()
         self.deletion_time: float | None = None
         self.reason: str | None = None
         self.message: str | None = None
         self.terminal = False  # stopped for good (deleted or evicted): containers won't restart
-        self._log = log.bind(pod=pod.key, uid=pod.metadata.uid)
+        self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
+
+    @property
+    def pod(self) -> Pod:
+        return self.plan.pod
 
     # ---- lifecycle ----
     def create_cgroups(self) -> None:
         """Pod cgroup, then one child per container, each with its limits (idempotent)."""
         driver = self.env.driver
-        driver.create(self.cgroup_path, layout.pod_cgroup_spec(self.pod))
-        for c in self.pod.spec.containers:
-            path = layout.container_path(self.qos, self.pod.metadata.uid, c.name)
-            driver.create(path, layout.container_cgroup_spec(c))
+        driver.create(self.plan.cgroup_path, self.plan.cgroup_spec)
+        for c in self.plan.containers:
+            driver.create(c.cgroup_path, c.cgroup_spec)
 
-    def _container_worker(self, index: int) -> ContainerWorker:
-        pod, c = self.pod, self.pod.spec.containers[index]
-        meta = pod.metadata
-        log_dir = logs.container_log_dir(self.env.state_dir, meta.namespace, meta.name, meta.uid, c.name)
-        logs.prepare_log_dir(log_dir)
-        config = ContainerConfig(
-            name=c.name,
-            launch=LaunchSpec.from_container(c, pod.spec.security_context),
-            log_dir=log_dir,
-            restart_policy=pod.spec.restart_policy,
-            oom_score_adj=clamp_oom_score_adj(oom_score_adj(pod, c.name, self.env.memory_capacity)),
-            pod_name=meta.name,
-            pod_namespace=meta.namespace,
-            pod_uid=meta.uid,
-            image=c.image or "",
-        )
-        cgroup = DriverCgroup(self.env.driver, layout.container_path(self.qos, meta.uid, c.name))
+    def _container_worker(self, c: ContainerPlan) -> ContainerWorker:
+        logs.prepare_log_dir(c.config.log_dir)
         backoff = self.env.backoff_factory() if self.env.backoff_factory else None
-        return ContainerWorker(config, cgroup, clock=self.env.clock, backoff=backoff,
-                               on_change=lambda _s: self._on_change(self))
+        return ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
+                               backoff=backoff, on_change=lambda _s: self._on_change(self), steps=self.env.steps)
 
-    def start(self, record: PodRecord | None = None) -> None:
+    def start(self, record: PodCheckpoint | None = None) -> None:
         """Create cgroups and start (or, from a checkpoint record, re-adopt) every container."""
         self.create_cgroups()
-        for i, c in enumerate(self.pod.spec.containers):
-            worker = self._container_worker(i)
+        for c in self.plan.containers:
+            worker = self._container_worker(c)
             self.workers[c.name] = worker
             saved = record.container(c.name) if record else None
             if saved is not None:
@@ -133,15 +133,11 @@ class PodWorker:
                                  restart_count=saved.restart_count, last_state=last)
                 elif current is not None:  # it had exited: the restart policy decides again
                     worker.restore_exit(current, restart_count=saved.restart_count, last_state=last)
-            self._tasks[c.name] = asyncio.create_task(self._run(c.name, worker),
-                                                      name=f"container:{self.pod.key}/{c.name}")
+            # a bug in one container's loop is logged by the guard and must not take the agent down
+            self._tasks[c.name] = self._guard.start(self._run(worker), name=f"container:{self.pod.key}/{c.name}")
 
-    async def _run(self, name: str, worker: ContainerWorker) -> Terminated | None:
-        try:
-            result = await worker.run()
-        except Exception:  # a bug in one container's loop must not take the agent down
-            self._log.exception("container_worker_failed", container=name)
-            raise
+    async def _run(self, worker: ContainerWorker) -> Terminated | None:
+        result = await worker.run()
         self._on_change(self)
         return result
 
@@ -153,22 +149,24 @@ class PodWorker:
             self.reason, self.message = reason, message
         self._on_change(self)
         await asyncio.gather(*(w.stop(grace_period) for w in self.workers.values()))
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await asyncio.to_thread(self.remove_cgroups)  # kill/rmdir may wait for the kernel to reap
+        await self._guard.drain()
+        with self._step(f"pod {self.pod.key}: remove its cgroups", REMOVE_STEP_S):
+            await asyncio.to_thread(self.remove_cgroups)  # kill/rmdir may wait for the kernel to reap
         self._on_change(self)
+
+    def _step(self, what: str, bound: float) -> contextlib.AbstractContextManager[None]:
+        return self.env.steps.step(what, bound) if self.env.steps is not None else contextlib.nullcontext()
 
     def remove_cgroups(self) -> None:
         try:
-            self.env.driver.kill(self.cgroup_path)
-            self.env.driver.remove(self.cgroup_path)
+            self.env.driver.kill(self.plan.cgroup_path)
+            self.env.driver.remove(self.plan.cgroup_path)
         except OSError as e:
-            self._log.warning("pod_cgroup_remove_failed", path=self.cgroup_path, error=str(e))
+            self._log.warning("pod_cgroup_remove_failed", path=self.plan.cgroup_path, error=str(e))
 
     async def detach(self) -> None:
         """Agent shutdown: stop watching, leave the processes running for the next agent."""
-        for task in self._tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self._guard.close()
         for w in self.workers.values():
             w.detach()
 
@@ -179,12 +177,12 @@ class PodWorker:
 
     @property
     def phase(self) -> str:
-        if self.reason == "Evicted":
+        if self.reason == EVICTION_REASON:
             return "Failed"
-        names = [c.name for c in self.pod.spec.containers]
+        names = [c.name for c in self.plan.containers]
         return pod_phase(self.pod.spec.restart_policy, names, self.statuses,
                          pod_is_terminal=self.terminal and not self.running,
-                         is_static=is_static(self.pod))
+                         is_static=self.plan.static)
 
     @property
     def running(self) -> bool:
@@ -195,10 +193,10 @@ class PodWorker:
         """No container runs and none will be restarted."""
         return all(t.done() for t in self._tasks.values()) and bool(self._tasks)
 
-    def record(self) -> PodRecord:
+    def record(self) -> PodCheckpoint:
         containers = tuple(_container_record(name, w) for name, w in self.workers.items())
         meta = self.pod.metadata
-        return PodRecord(namespace=meta.namespace, name=meta.name, uid=meta.uid,
+        return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
                          manifest=self.pod.to_dict(), containers=containers)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,10 +205,10 @@ class PodWorker:
             out["metadata"]["deletionTimestamp"] = rfc3339(self.deletion_time)
         status: dict[str, Any] = {
             "phase": self.phase,
-            "qosClass": self.qos,
+            "qosClass": self.plan.qos,
             "startTime": rfc3339(self.start_time),
             "containerStatuses": [self.workers[c.name].status.to_status_dict()
-                                  for c in self.pod.spec.containers if c.name in self.workers],
+                                  for c in self.plan.containers if c.name in self.workers],
         }
         if self.reason:
             status["reason"] = self.reason

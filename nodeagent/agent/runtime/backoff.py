@@ -69,9 +69,6 @@ class CrashBackoff:
         left = finished_at + self._entry.delay - self._clock.now()
         return left if left > 0 else 0.0
 
-    def in_backoff(self, finished_at: float) -> bool:
-        return self.remaining(finished_at) > 0
-
     def restarted(self, finished_at: float) -> None:
         """Record a restart of the container that exited at `finished_at` (flowcontrol Next)."""
         if self._entry is None or self._expired(finished_at):

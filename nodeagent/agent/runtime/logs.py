@@ -49,9 +49,14 @@ def pod_log_dir(state_dir: str, namespace: str, name: str, uid: str) -> str:
 
 
 def container_log_dir(state_dir: str, namespace: str, name: str, uid: str, container: str) -> str:
+    return container_dir(pod_log_dir(state_dir, namespace, name, uid), container)
+
+
+def container_dir(pod_dir: str, container: str) -> str:
+    """A container's log directory inside its pod's (pod_log_dir)."""
     if not container or "/" in container or "\0" in container or container in (".", ".."):
         raise FieldError("container", f"{container!r} cannot be part of a log path")
-    return os.path.join(pod_log_dir(state_dir, namespace, name, uid), container)
+    return os.path.join(pod_dir, container)
 
 
 def run_log_path(container_dir: str, restart_count: int) -> str:
@@ -184,9 +189,10 @@ def prune_runs(container_dir: str, current_restart: int) -> list[str]:
     return removed
 
 
-def remove_pod_logs(state_dir: str, namespace: str, name: str, uid: str) -> None:
-    """Delete a pod's whole log directory (pod garbage collection, disk-pressure reclaim)."""
-    shutil.rmtree(pod_log_dir(state_dir, namespace, name, uid), ignore_errors=True)
+def remove_pod_dir(pod_dir: str) -> None:
+    """Delete a pod's whole log directory (pod_log_dir; pod garbage collection, disk-pressure
+    reclaim); gone already is fine."""
+    shutil.rmtree(pod_dir, ignore_errors=True)
 
 
 def tail(path: str, n: int = 100) -> list[str]:

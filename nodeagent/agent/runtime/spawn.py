@@ -1,7 +1,8 @@
 """Start a container process: placed in its cgroups and given its oom_score_adj before it execs.
 
 How: os.posix_spawn (glibc implements it with clone(CLONE_VM|CLONE_VFORK), so the agent's heap
-is never copied; ~4x cheaper than fork + preexec_fn) runs a tiny constant `/bin/sh -c` shim that
+is never copied, unlike with fork + preexec_fn: bench/README.md, "posix_spawn") runs a tiny
+constant `/bin/sh -c` shim that
 
   1. writes its own PID ("$$") into every cgroup.procs file it is given,
   2. writes the oom_score_adj to /proc/self/oom_score_adj,

@@ -21,11 +21,16 @@ down without taking its pods with it.
 
 Every state change is pushed to `on_change(status)`, so the daemon can checkpoint and the API
 can report; the worker keeps no other channel.
+
+Progress, for the watchdog (daemonkit/progress.py): killing what is left in the cgroup is a step
+bounded by KILL_STEP_S, a stop one bounded by its grace period plus STOP_SLACK_S. Waiting for a
+running process and a crash-loop back-off are not steps: they may last as long as they last.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,7 +38,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from nodeagent.agent.node.procfs import parent_pid, process_start_time, start_time_to_wall
+from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_to_wall
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
@@ -55,12 +60,15 @@ from nodeagent.agent.runtime.state import (
 )
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.duration import format_go_duration
+from nodeagent.daemonkit.progress import Steps
 
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
 Sleep = Callable[[float], Awaitable[None]]
 KILL_WAIT_S = 10.0  # after SIGKILL an exit is due at once; bounded in case of D-state
+KILL_STEP_S = 30.0  # a cgroup kill: the driver gives up after its own 5 s kill timeout
+STOP_SLACK_S = KILL_WAIT_S + 2 * KILL_STEP_S  # a stop past its grace: SIGKILL, the wait, two cgroup kills
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,7 @@ class ContainerWorker:
         sleep: Sleep = asyncio.sleep,
         on_change: Callable[[ContainerStatus], None] | None = None,
         spawner: Spawner = spawn,
+        steps: Steps | None = None,
     ) -> None:
         self.config = config
         self.cgroup = cgroup
@@ -119,6 +128,7 @@ class ContainerWorker:
         self._sleep = sleep
         self._on_change = on_change
         self._spawner = spawner
+        self._steps = steps
         self._status = ContainerStatus(name=config.name, image=config.image)
         self._proc: _Proc | None = None
         self._exit: _Exit | None = None
@@ -256,7 +266,7 @@ class ContainerWorker:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             pidfd = None
-        alive = pidfd is not None and process_start_time(pid) == start_time
+        alive = pidfd is not None and is_same_process(pid, start_time)
         if pidfd is not None and not alive:
             os.close(pidfd)
         if started_at is None and alive:
@@ -291,11 +301,18 @@ class ContainerWorker:
                   container_id=state.container_id)
 
     # ---- the loop ----
+    def _step(self, what: str, bound: float) -> contextlib.AbstractContextManager[None]:
+        if self._steps is None:
+            return contextlib.nullcontext()
+        c = self.config
+        return self._steps.step(f"pod {c.pod_namespace}/{c.pod_name} container {c.name}: {what}", bound)
+
     async def _kill_leftovers(self) -> None:
         """Kill whatever is left in the container's cgroup (a blocking, bounded driver call)."""
         if self.cgroup is not None:
             try:
-                await asyncio.get_running_loop().run_in_executor(None, self.cgroup.kill)
+                with self._step("kill what is left in its cgroup", KILL_STEP_S):
+                    await asyncio.get_running_loop().run_in_executor(None, self.cgroup.kill)
             except OSError as e:
                 self._log.warning("container_cgroup_kill_failed", error=str(e))
 
@@ -361,6 +378,10 @@ class ContainerWorker:
 
     async def stop(self, grace_period: float) -> ContainerStatus:
         """SIGTERM, wait up to `grace_period` seconds, then SIGKILL group and cgroup; final status."""
+        with self._step("stop", max(grace_period, 0) + STOP_SLACK_S):
+            return await self._stop(grace_period)
+
+    async def _stop(self, grace_period: float) -> ContainerStatus:
         self._stopping = True
         self._stop_event.set()
         proc = self._proc

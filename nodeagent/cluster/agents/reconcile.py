@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.cluster.objects import TERMINAL, PodRecord
-from nodeagent.core.qos import CONFIG_SOURCE_ANNOTATION
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_SOURCE
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def reconcile(node: str, pods: Mapping[str, PodRecord], bound_here: Iterable[str
         seen.add(key)
         rec = pods.get(key)
         if rec is None:
-            static = (meta.get("annotations") or {}).get(CONFIG_SOURCE_ANNOTATION, "api") != "api"
+            static = (meta.get("annotations") or {}).get(CONFIG_SOURCE, API_SERVER_SOURCE) != API_SERVER_SOURCE
             if static or "deletionTimestamp" in meta:
                 actions.append(Foreign(key, ap))
             else:

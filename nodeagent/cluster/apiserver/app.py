@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.cluster.apiserver.backend import ClusterBackend
-from nodeagent.cluster.apiserver.operations import ApiError, Operations, not_found
+from nodeagent.cluster.apiserver.operations import ApiError, Operations, invalid_object, not_found
 from nodeagent.core.errors import ValidationErrors
 from nodeagent.daemonkit.body import decode_body
 from nodeagent.daemonkit.status import status_body, status_middleware
@@ -181,9 +181,7 @@ async def node_status(request: web.Request) -> web.Response:
     try:
         return web.json_response(await _svc(request).report_node(name, body))
     except ValidationErrors as e:
-        causes = [{"reason": "FieldValueInvalid", "field": x.path, "message": x.message} for x in e.errors]
-        raise ApiError(422, f'Node "{name}" is invalid: ' + "; ".join(str(x) for x in e.errors), "Invalid",
-                       "nodes", name, causes) from None
+        raise invalid_object("Node", "nodes", name, e.errors) from None
 
 
 # ---- priority classes ----

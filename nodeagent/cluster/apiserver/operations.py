@@ -20,6 +20,7 @@ from nodeagent.cluster.apiserver.backend import ClusterBackend
 from nodeagent.cluster.objects import SYSTEM_NAMESPACES, PodRecord, namespace_object, new_pod, parse_namespace
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.daemonkit.status import invalid
 
 PRIORITY_GROUP = "priorityclasses.scheduling.k8s.io"
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
@@ -44,9 +45,8 @@ def forbidden(kind: str, name: str, why: str) -> ApiError:
 
 
 def invalid_object(kind_title: str, kind: str, name: str, errors: list[FieldError]) -> ApiError:
-    causes = [{"reason": "FieldValueInvalid", "field": e.path, "message": e.message} for e in errors]
-    detail = "; ".join(str(e) for e in errors)
-    return ApiError(422, f'{kind_title} "{name}" is invalid: {detail}', "Invalid", kind, name, causes)
+    status = invalid(kind_title, name, errors, kind=kind)
+    return ApiError(status.code, status.message, status.reason, kind, name, status.causes)
 
 
 def _errors(e: ValueError) -> list[FieldError]:

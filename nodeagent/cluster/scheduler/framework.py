@@ -51,6 +51,8 @@ from nodeagent.core.errors import FieldError
 from nodeagent.core.model import SYSTEM_CRITICAL_PRIORITY, Toleration
 from nodeagent.core.qos import is_critical
 from nodeagent.core.resources import pod_requests
+from nodeagent.core.tolerations import tolerated_by_any as tolerated_by_any
+from nodeagent.core.tolerations import tolerates as tolerates
 
 assert (S_ALLOC_MEM, S_USED_MEM, S_NZ_MEM) == (S_ALLOC_CPU + 1, S_USED_CPU + 1, S_NZ_CPU + 1)
 
@@ -74,22 +76,6 @@ def insufficient(resource: str) -> str:
 
 def untolerated(taint: Taint) -> str:
     return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-
-
-def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """Kubernetes' Toleration.ToleratesTaint: an empty effect matches every effect, an empty key
-    (with Exists) every key; Exists ignores the value, Equal (the default) compares it."""
-    if toleration.effect and toleration.effect != taint.effect:
-        return False
-    if toleration.key and toleration.key != taint.key:
-        return False
-    if toleration.operator == "Exists":
-        return True
-    return (toleration.value or "") == taint.value
-
-
-def tolerated_by_any(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
-    return any(tolerates(t, taint) for t in tolerations)
 
 
 @dataclass(eq=False)

@@ -23,8 +23,12 @@ from typing import Protocol
 
 import numpy as np
 
+from nodeagent.core import wellknown
 from nodeagent.core.errors import FieldError
 from nodeagent.core.quantity import Quantity
+from nodeagent.core.tolerations import NO_EXECUTE as NO_EXECUTE
+from nodeagent.core.tolerations import NO_SCHEDULE as NO_SCHEDULE
+from nodeagent.core.tolerations import Taint as Taint
 
 CPU, MEMORY, EPHEMERAL_STORAGE, PODS = "cpu", "memory", "ephemeral-storage", "pods"
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
@@ -32,29 +36,11 @@ CPU_COL, MEM_COL, EPH_COL, PODS_COL = 0, 1, 2, 3
 # Rows of NodeTable.scoring (float64 copies the score functions read without conversion).
 S_ALLOC_CPU, S_ALLOC_MEM, S_USED_CPU, S_USED_MEM, S_NZ_CPU, S_NZ_MEM = range(6)
 
-NO_SCHEDULE, PREFER_NO_SCHEDULE, NO_EXECUTE = "NoSchedule", "PreferNoSchedule", "NoExecute"
-TAINT_EFFECTS = (NO_SCHEDULE, PREFER_NO_SCHEDULE, NO_EXECUTE)
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: str = NO_SCHEDULE
-
-    def __post_init__(self) -> None:
-        if not self.key:
-            raise FieldError("spec.taints.key", "Required value")
-        if self.effect not in TAINT_EFFECTS:
-            raise FieldError("spec.taints.effect", f"Unsupported value: {self.effect!r}: "
-                             f"supported values: {', '.join(repr(e) for e in TAINT_EFFECTS)}")
-
-
-NOT_READY = Taint("node.kubernetes.io/not-ready")
-UNSCHEDULABLE = Taint("node.kubernetes.io/unschedulable")
-MEMORY_PRESSURE = Taint("node.kubernetes.io/memory-pressure")
-DISK_PRESSURE = Taint("node.kubernetes.io/disk-pressure")
-PID_PRESSURE = Taint("node.kubernetes.io/pid-pressure")
+NOT_READY = Taint(wellknown.TAINT_NOT_READY)
+UNSCHEDULABLE = Taint(wellknown.TAINT_UNSCHEDULABLE)
+MEMORY_PRESSURE = Taint(wellknown.TAINT_MEMORY_PRESSURE)
+DISK_PRESSURE = Taint(wellknown.TAINT_DISK_PRESSURE)
+PID_PRESSURE = Taint(wellknown.TAINT_PID_PRESSURE)
 
 
 def amount(resource: str, value: Quantity | int) -> int:

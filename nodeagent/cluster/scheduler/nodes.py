@@ -19,8 +19,16 @@ from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.names import dns1123_subdomain_errors, invalid
 from nodeagent.core.quantity import Quantity, coerce_quantity
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.wellknown import (
+    API_URL,
+    LABEL_HOSTNAME,
+    NODE_DISK_PRESSURE,
+    NODE_MEMORY_PRESSURE,
+    NODE_PID_PRESSURE,
+)
 
-URL_ANNOTATION = "nodeagent.io/api-url"
+URL_ANNOTATION = API_URL  # the annotation an agent's report carries its API's URL in
+
 NOT_POSTING = "Kubelet stopped posting node status."
 NEVER_POSTED = "Kubelet never posted node status."
 
@@ -85,13 +93,13 @@ def node_spec(state: NodeState, now: float, grace: float) -> NodeSpec:
     report = state.report or {}
     cond = conditions_of(report)
     labels = dict((report.get("metadata") or {}).get("labels") or {})
-    labels.setdefault("kubernetes.io/hostname", state.name)
+    labels.setdefault(LABEL_HOSTNAME, state.name)
     return NodeSpec(state.name, allocatable_of(report), labels=labels,
                     taints=reported_taints(report), unschedulable=state.unschedulable,
                     ready=is_ready(state, now, grace),
-                    memory_pressure=cond.get("MemoryPressure") == "True",
-                    disk_pressure=cond.get("DiskPressure") == "True",
-                    pid_pressure=cond.get("PIDPressure") == "True")
+                    memory_pressure=cond.get(NODE_MEMORY_PRESSURE) == "True",
+                    disk_pressure=cond.get(NODE_DISK_PRESSURE) == "True",
+                    pid_pressure=cond.get(NODE_PID_PRESSURE) == "True")
 
 
 def node_object(state: NodeState, spec: NodeSpec, now: float, grace: float) -> dict[str, Any]:
@@ -104,7 +112,7 @@ def node_object(state: NodeState, spec: NodeSpec, now: float, grace: float) -> d
     if state.url:
         annotations[URL_ANNOTATION] = state.url
     meta["annotations"] = annotations
-    meta.setdefault("labels", {"kubernetes.io/hostname": state.name})
+    meta.setdefault("labels", {LABEL_HOSTNAME: state.name})
     status = dict(report.get("status") or {})
     conditions = [dict(c) for c in status.get("conditions") or []]
     if state.heard_at is None or now - state.heard_at > grace:

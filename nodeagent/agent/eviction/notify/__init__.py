@@ -17,7 +17,7 @@ shrinks or fill rate grows. Usage, in the manager:
 
 from nodeagent.agent.eviction.notify.adaptive import AdaptivePoll, FillRate, next_interval, rate_floor
 from nodeagent.agent.eviction.notify.base import (
-    Notifier,
+    KernelNotifier,
     NotifierUnavailable,
     WakeFn,
     close_all,
@@ -32,9 +32,9 @@ __all__ = [
     "PSI_SYSTEM_MEMORY",
     "AdaptivePoll",
     "FillRate",
+    "KernelNotifier",
     "MemcgThresholdNotifier",
     "MemoryEventsNotifier",
-    "Notifier",
     "NotifierUnavailable",
     "PsiNotifier",
     "WakeFn",

@@ -18,20 +18,16 @@ from collections.abc import Iterable, Mapping
 from nodeagent.agent.config.thresholds import ALLOCATABLE_MEMORY_AVAILABLE, MEMORY_AVAILABLE, Threshold
 from nodeagent.agent.eviction.observations import Observation
 
-# At the line: four looks per 100 ms reaction budget. The kernel needs ~35 ms to free a 500 MiB
-# victim in the UML guest, so detection must stay well under 50 ms. There, in 10-run latency
-# series where the poll found nearly every crossing, crossing -> SIGKILL p99 was 65 ms with a
-# 50 ms floor and 36 ms with 25 ms. A pass costs ~1.7 ms in the guest, so at this rate (only within
-# ~50 MiB of a threshold at the 1 GiB/s rate floor) it takes ~1.7/25 = ~7% of its one core while
-# the node sits at the line, and nothing further away.
+# At the line: four looks per 100 ms reaction budget, so detection stays well under the time the
+# kernel takes to free a victim (measurements: bench/README.md, "Poll floor").
 DEFAULT_MIN_S = 0.025
 DEFAULT_SAFETY = 0.5
 DEFAULT_RATE_FLOOR = 1 << 30  # bytes/s; one core faulting in fresh pages does ~1-4 GiB/s
 # With a kernel notification armed at the hard line (memcg eventfd on v1, memory.high +
 # memory.events on v2) a fast fill is the kernel's to report, and the poll is the backstop for
-# slow drift (page cache moving the real line, soft thresholds). Planning for 256 MiB/s instead of
-# 1 GiB/s polls a quarter as often at a distance (idle agent CPU in the 1-CPU UML guest, armed:
-# 1.08% -> 0.27% of a core) and still every 25 ms within ~13 MiB of the line.
+# slow drift (page cache moving the real line, soft thresholds): plan for a quarter of the rate,
+# which polls a quarter as often at a distance and still at the floor within ~13 MiB of the line
+# (idle CPU: bench/README.md, "Rate floor").
 NOTIFIED_RATE_FLOOR = 256 << 20
 DEFAULT_HALF_LIFE_S = 2.0
 MEMORY_SIGNALS = (MEMORY_AVAILABLE, ALLOCATABLE_MEMORY_AVAILABLE)

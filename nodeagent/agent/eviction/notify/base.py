@@ -24,7 +24,7 @@ class NotifierUnavailable(Exception):
     """This kernel (or this cgroup layout) does not offer the mechanism; the reason says what is missing."""
 
 
-class Notifier(Protocol):
+class KernelNotifier(Protocol):
     name: str
 
     async def start(self) -> None:
@@ -47,10 +47,10 @@ def event_waker(event: asyncio.Event, on_reason: WakeFn | None = None) -> WakeFn
     return wake
 
 
-async def start_all(notifiers: Iterable[Notifier]) -> tuple[list[Notifier], dict[str, str]]:
+async def start_all(notifiers: Iterable[KernelNotifier]) -> tuple[list[KernelNotifier], dict[str, str]]:
     """Start each notifier; (armed ones, {name: why unavailable}). Other errors propagate,
     after closing the ones already armed."""
-    armed: list[Notifier] = []
+    armed: list[KernelNotifier] = []
     unavailable: dict[str, str] = {}
     try:
         for n in notifiers:
@@ -68,7 +68,7 @@ async def start_all(notifiers: Iterable[Notifier]) -> tuple[list[Notifier], dict
     return armed, unavailable
 
 
-def close_all(notifiers: Sequence[Notifier]) -> None:
+def close_all(notifiers: Sequence[KernelNotifier]) -> None:
     for n in notifiers:
         n.close()
 
