@@ -1,0 +1,1 @@
+"""The cronjob controller's pure core (see the room's docstring)."""

@@ -1,0 +1,1 @@
+"""The deployment controller's pure core (see the room's docstring)."""

@@ -1,0 +1,1 @@
+"""The disruption controller's pure core (see the room's docstring)."""

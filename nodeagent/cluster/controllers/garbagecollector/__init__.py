@@ -1,0 +1,1 @@
+"""The garbagecollector controller's pure core (see the room's docstring)."""

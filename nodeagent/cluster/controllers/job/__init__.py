@@ -1,0 +1,1 @@
+"""The job controller's pure core (see the room's docstring)."""

@@ -1,0 +1,1 @@
+"""The nodelifecycle controller's pure core (see the room's docstring)."""
