@@ -30,9 +30,13 @@ class ObjectRef:
     @classmethod
     def of(cls, obj: Mapping[str, Any], api_version: str = "", kind: str = "") -> ObjectRef:
         meta = obj.get("metadata") or {}
-        return cls(str(obj.get("apiVersion") or api_version), str(obj.get("kind") or kind),
-                   str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                   str(meta.get("uid") or ""))
+        return cls(
+            str(obj.get("apiVersion") or api_version),
+            str(obj.get("kind") or kind),
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+        )
 
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
@@ -118,7 +122,7 @@ class SlowStart:
     def batches(self) -> Iterator[tuple[Create, ...]]:
         start, size = 0, min(self.initial, len(self.creates))
         while size > 0:
-            yield self.creates[start:start + size]
+            yield self.creates[start : start + size]
             start += size
             size = min(2 * size, len(self.creates) - start)
 

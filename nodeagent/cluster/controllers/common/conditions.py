@@ -24,8 +24,16 @@ def find(conditions: Sequence[Mapping[str, Any]] | None, ctype: str) -> Mapping[
     return None
 
 
-def new_condition(ctype: str, status: str, reason: str, message: str, now: float, *,
-                  update_time: bool = False, probe_time: bool = False) -> Cond:
+def new_condition(
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    *,
+    update_time: bool = False,
+    probe_time: bool = False,
+) -> Cond:
     t = format_time(now)
     c: Cond = {"type": ctype, "status": status}
     if update_time:
@@ -68,14 +76,16 @@ def set_status_condition(conditions: Sequence[Mapping[str, Any]] | None, cond: C
     new = {"type": cond["type"], "status": cond["status"]}
     if "observedGeneration" in cond:
         new["observedGeneration"] = cond["observedGeneration"]
-    new.update({"lastTransitionTime": format_time(now), "reason": cond.get("reason", ""),
-                "message": cond.get("message", "")})
+    new.update(
+        {"lastTransitionTime": format_time(now), "reason": cond.get("reason", ""), "message": cond.get("message", "")}
+    )
     out.append(new)
     return out
 
 
-def ensure_job_condition(conditions: Sequence[Mapping[str, Any]] | None, ctype: str, status: str,
-                         reason: str, message: str, now: float) -> tuple[list[Cond], bool]:
+def ensure_job_condition(
+    conditions: Sequence[Mapping[str, Any]] | None, ctype: str, status: str, reason: str, message: str, now: float
+) -> tuple[list[Cond], bool]:
     out = [dict(c) for c in conditions or []]
     for c in out:
         if c.get("type") == ctype:

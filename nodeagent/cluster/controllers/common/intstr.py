@@ -27,7 +27,8 @@ def scaled_value(value: int | str | None, total: int, round_up: bool, default: i
         m = _PERCENT.match(value)
         if not m:
             raise IntOrStringError(
-                f"invalid value for IntOrString: invalid type: string is not a percentage ({value!r})")
+                f"invalid value for IntOrString: invalid type: string is not a percentage ({value!r})"
+            )
         pct = int(m.group(1))
         num = pct * total
         return -(-num // 100) if round_up else num // 100

@@ -93,8 +93,14 @@ def is_controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
 
 def new_controller_ref(owner: Mapping[str, Any], api_version: str, kind: str) -> Obj:
     """metav1.NewControllerRef: controller and blockOwnerDeletion true."""
-    return {"apiVersion": api_version, "kind": kind, "name": name(owner), "uid": uid(owner),
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name(owner),
+        "uid": uid(owner),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 @lru_cache(maxsize=65536)

@@ -51,7 +51,8 @@ def required_affinity_matches(pod_spec: Mapping[str, Any], node: Mapping[str, An
         if lbls.get(k) != v:
             return False
     required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is None:
         return True
     return any(term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])

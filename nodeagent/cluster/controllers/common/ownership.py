@@ -31,13 +31,19 @@ Obj = Mapping[str, Any]
 
 @dataclass(slots=True)
 class Claim:
-    claimed: list[Obj] = field(default_factory=list)   # ours after this pass (adopted included)
+    claimed: list[Obj] = field(default_factory=list)  # ours after this pass (adopted included)
     adopt: list[Obj] = field(default_factory=list)
     release: list[Obj] = field(default_factory=list)
 
 
-def claim(owner: Obj, owner_api_version: str, owner_kind: str, selector: Mapping[str, Any] | None,
-          candidates: Iterable[Obj], extra_match: Any = None) -> Claim:
+def claim(
+    owner: Obj,
+    owner_api_version: str,
+    owner_kind: str,
+    selector: Mapping[str, Any] | None,
+    candidates: Iterable[Obj],
+    extra_match: Any = None,
+) -> Claim:
     """`extra_match(obj) -> bool` narrows the match (DaemonSets and Jobs pass none)."""
     out = Claim()
     owner_uid, owner_ns, owner_deleting = uid(owner), namespace(owner), being_deleted(owner)
@@ -64,11 +70,15 @@ def claim(owner: Obj, owner_api_version: str, owner_kind: str, selector: Mapping
     return out
 
 
-def adopt_patch(owner: Obj, owner_api_version: str, owner_kind: str, dependent: Obj,
-                add_finalizers: Sequence[str] = ()) -> dict[str, Any]:
-    body: dict[str, Any] = {"metadata": {
-        "ownerReferences": [new_controller_ref(owner, owner_api_version, owner_kind)],
-        "uid": uid(dependent)}}
+def adopt_patch(
+    owner: Obj, owner_api_version: str, owner_kind: str, dependent: Obj, add_finalizers: Sequence[str] = ()
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {
+            "ownerReferences": [new_controller_ref(owner, owner_api_version, owner_kind)],
+            "uid": uid(dependent),
+        }
+    }
     missing = [f for f in add_finalizers if f not in finalizers(dependent)]
     if missing:
         body["metadata"]["finalizers"] = missing
@@ -76,22 +86,39 @@ def adopt_patch(owner: Obj, owner_api_version: str, owner_kind: str, dependent: 
 
 
 def release_patch(owner_uid: str, dependent: Obj, remove_finalizers: Sequence[str] = ()) -> dict[str, Any]:
-    body: dict[str, Any] = {"metadata": {
-        "ownerReferences": [{"$patch": "delete", "uid": owner_uid}], "uid": uid(dependent)}}
+    body: dict[str, Any] = {
+        "metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}], "uid": uid(dependent)}
+    }
     present = [f for f in remove_finalizers if f in finalizers(dependent)]
     if present:
         body["metadata"]["$deleteFromPrimitiveList/finalizers"] = present
     return body
 
 
-def claim_actions(owner: Obj, owner_api_version: str, owner_kind: str, result: Claim,
-                  dependent_api_version: str, dependent_kind: str,
-                  finalizers_: Sequence[str] = ()) -> list[Patch]:
+def claim_actions(
+    owner: Obj,
+    owner_api_version: str,
+    owner_kind: str,
+    result: Claim,
+    dependent_api_version: str,
+    dependent_kind: str,
+    finalizers_: Sequence[str] = (),
+) -> list[Patch]:
     acts: list[Patch] = []
     for obj in result.adopt:
-        acts.append(Patch(ObjectRef.of(obj, dependent_api_version, dependent_kind),
-                          adopt_patch(owner, owner_api_version, owner_kind, obj, finalizers_), reason="adopt"))
+        acts.append(
+            Patch(
+                ObjectRef.of(obj, dependent_api_version, dependent_kind),
+                adopt_patch(owner, owner_api_version, owner_kind, obj, finalizers_),
+                reason="adopt",
+            )
+        )
     for obj in result.release:
-        acts.append(Patch(ObjectRef.of(obj, dependent_api_version, dependent_kind),
-                          release_patch(uid(owner), obj, finalizers_), reason="release"))
+        acts.append(
+            Patch(
+                ObjectRef.of(obj, dependent_api_version, dependent_kind),
+                release_patch(uid(owner), obj, finalizers_),
+                reason="release",
+            )
+        )
     return acts

@@ -90,8 +90,10 @@ def is_terminating(pod: Mapping[str, Any]) -> bool:
 
 
 def max_restarts(pod: Mapping[str, Any]) -> int:
-    return max((int(c.get("restartCount") or 0) for c in status(pod).get("containerStatuses") or []
-                if isinstance(c, Mapping)), default=0)
+    return max(
+        (int(c.get("restartCount") or 0) for c in status(pod).get("containerStatuses") or [] if isinstance(c, Mapping)),
+        default=0,
+    )
 
 
 def deletion_cost(pod: Mapping[str, Any]) -> int:
@@ -101,6 +103,7 @@ def deletion_cost(pod: Mapping[str, Any]) -> int:
         return 0
     v = int(text)
     return v if _INT32_MIN <= v <= _INT32_MAX else 0
+
 
 def _after_or_zero(t1: float | None, t2: float | None) -> bool:
     if t1 is None or t2 is None:
@@ -158,6 +161,7 @@ def ranked_cmp(a: tuple[Mapping[str, Any], int], b: tuple[Mapping[str, Any], int
 def sort_ranked(pods: Sequence[Mapping[str, Any]], ranks: Sequence[int], now: float | None) -> list[Mapping[str, Any]]:
     """The pods in deletion order (stable for ties, where Go's sort.Sort is not: ties are equal
     for every rule, so any order is upstream's)."""
+
     def cmp(a: tuple[Mapping[str, Any], int], b: tuple[Mapping[str, Any], int]) -> int:
         return ranked_cmp(a, b, now)
 

@@ -39,8 +39,9 @@ def tolerated(tolerations: Sequence[Toleration], taint: Taint) -> bool:
     return any(tolerates(t, taint) for t in tolerations)
 
 
-def untolerated(taints: Sequence[Taint], tolerations: Sequence[Toleration],
-                want: Callable[[Taint], bool]) -> Taint | None:
+def untolerated(
+    taints: Sequence[Taint], tolerations: Sequence[Toleration], want: Callable[[Taint], bool]
+) -> Taint | None:
     """FindMatchingUntoleratedTaint: the first taint passing `want` that nothing tolerates."""
     for taint in taints:
         if want(taint) and not tolerated(tolerations, taint):

@@ -42,8 +42,9 @@ def replicas(rs: Obj) -> int:
     return int_field(spec(rs).get("replicas"), 1)
 
 
-def pod_from_template(template: Obj, owner: Obj, controller_ref: Mapping[str, Any] | None,
-                      generate_name: str | None = None) -> dict[str, Any]:
+def pod_from_template(
+    template: Obj, owner: Obj, controller_ref: Mapping[str, Any] | None, generate_name: str | None = None
+) -> dict[str, Any]:
     """controller.GetPodFromTemplate: labels, annotations and finalizers of the template, the
     owner's name plus '-' as generateName, the controller reference, a copy of the spec."""
     tmeta = template.get("metadata") or {}
@@ -56,8 +57,12 @@ def pod_from_template(template: Obj, owner: Obj, controller_ref: Mapping[str, An
         meta["finalizers"] = list(tmeta["finalizers"])
     if controller_ref is not None:
         meta["ownerReferences"] = [dict(controller_ref)]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": copy.deepcopy(dict(template.get("spec") or {}))}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": copy.deepcopy(dict(template.get("spec") or {})),
+    }
 
 
 @dataclass(slots=True)
@@ -65,14 +70,21 @@ class Manage:
     """The manage half of a sync: what to run, and what to tell the expectations first."""
 
     plan: Plan
-    claimed: list[Obj]                     # active pods that are the ReplicaSet's after this pass
+    claimed: list[Obj]  # active pods that are the ReplicaSet's after this pass
     expect_creations: int = 0
-    expect_deletions: list[str] = field(default_factory=list)   # pod keys
-    error: str | None = None               # a manage error known before running (no labels)
+    expect_deletions: list[str] = field(default_factory=list)  # pod keys
+    error: str | None = None  # a manage error known before running (no labels)
 
 
-def manage(rs: Obj, candidates: Sequence[Obj], *, now: float, satisfied: bool,
-           related: Sequence[Obj] = (), burst: int = BURST_REPLICAS) -> Manage:
+def manage(
+    rs: Obj,
+    candidates: Sequence[Obj],
+    *,
+    now: float,
+    satisfied: bool,
+    related: Sequence[Obj] = (),
+    burst: int = BURST_REPLICAS,
+) -> Manage:
     plan = Plan()
     active = [p for p in candidates if is_active(p)]
     result = ownership.claim(rs, API_VERSION, KIND, spec(rs).get("selector"), active)
@@ -118,8 +130,13 @@ def calculate_status(rs: Obj, pods: Sequence[Obj], now: float, manage_error: str
         conds = conditions.set_condition(conds, cond)
     elif manage_error is None and failure is not None:
         conds = conditions.remove_condition(conds, REPLICA_FAILURE)
-    out: dict[str, Any] = {"replicas": len(pods), "fullyLabeledReplicas": fully, "readyReplicas": ready,
-                           "availableReplicas": available, "observedGeneration": generation(rs)}
+    out: dict[str, Any] = {
+        "replicas": len(pods),
+        "fullyLabeledReplicas": fully,
+        "readyReplicas": ready,
+        "availableReplicas": available,
+        "observedGeneration": generation(rs),
+    }
     if conds:
         out["conditions"] = conds
     return out
@@ -129,8 +146,9 @@ def _same(st: Mapping[str, Any], new: Mapping[str, Any], rs: Obj) -> bool:
     for f in ("replicas", "fullyLabeledReplicas", "readyReplicas", "availableReplicas"):
         if int_field(st.get(f)) != new[f]:
             return False
-    return generation(rs) == int_field(st.get("observedGeneration")) and \
-        (st.get("conditions") or []) == (new.get("conditions") or [])
+    return generation(rs) == int_field(st.get("observedGeneration")) and (st.get("conditions") or []) == (
+        new.get("conditions") or []
+    )
 
 
 def status_plan(rs: Obj, claimed: Sequence[Obj], now: float, manage_error: str | None) -> Plan:
@@ -145,17 +163,26 @@ def status_plan(rs: Obj, claimed: Sequence[Obj], now: float, manage_error: str |
         plan.add(UpdateStatus(obj))
     mrs = int_field(spec(rs).get("minReadySeconds"))
     if manage_error is None and mrs > 0:
-        waits = [t - now for p in claimed if is_ready(p) and not is_available(p, mrs, now)
-                 and (t := available_at(p, mrs)) is not None]
+        waits = [
+            t - now
+            for p in claimed
+            if is_ready(p) and not is_available(p, mrs, now) and (t := available_at(p, mrs)) is not None
+        ]
         if waits:
             plan.requeue(max(0.0, min(waits)) + 1.0)  # +1 s against clock skew, as updatePod does
     return plan
 
 
-def reconcile(rs: Obj, candidates: Sequence[Obj], *, now: float, satisfied: bool = True,
-              related: Sequence[Obj] = (), burst: int = BURST_REPLICAS) -> tuple[Manage, Plan]:
+def reconcile(
+    rs: Obj,
+    candidates: Sequence[Obj],
+    *,
+    now: float,
+    satisfied: bool = True,
+    related: Sequence[Obj] = (),
+    burst: int = BURST_REPLICAS,
+) -> tuple[Manage, Plan]:
     """manage, then the status as if every manage action succeeds (the loop recomputes the status
     with `status_plan` when one fails)."""
     m = manage(rs, candidates, now=now, satisfied=satisfied, related=related, burst=burst)
     return m, status_plan(rs, m.claimed, now, m.error)
-
