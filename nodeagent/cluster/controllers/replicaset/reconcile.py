@@ -21,14 +21,13 @@ from nodeagent.cluster.controllers.common.meta import (
     int_field,
     key,
     labels,
-    name,
-    namespace,
     new_controller_ref,
     resource_version,
     spec,
     status,
 )
 from nodeagent.cluster.controllers.common.pods import available_at, is_active, is_available, is_ready
+from nodeagent.cluster.controllers.common.podtemplate import pod_from_template
 from nodeagent.cluster.controllers.common.selectors import labels_match
 from nodeagent.cluster.controllers.replicaset.victims import pods_to_delete
 
@@ -40,29 +39,6 @@ Obj = Mapping[str, Any]
 
 def replicas(rs: Obj) -> int:
     return int_field(spec(rs).get("replicas"), 1)
-
-
-def pod_from_template(
-    template: Obj, owner: Obj, controller_ref: Mapping[str, Any] | None, generate_name: str | None = None
-) -> dict[str, Any]:
-    """controller.GetPodFromTemplate: labels, annotations and finalizers of the template, the
-    owner's name plus '-' as generateName, the controller reference, a copy of the spec."""
-    tmeta = template.get("metadata") or {}
-    meta: dict[str, Any] = {"generateName": generate_name or f"{name(owner)}-", "namespace": namespace(owner)}
-    if tmeta.get("labels"):
-        meta["labels"] = dict(tmeta["labels"])
-    if tmeta.get("annotations"):
-        meta["annotations"] = dict(tmeta["annotations"])
-    if tmeta.get("finalizers"):
-        meta["finalizers"] = list(tmeta["finalizers"])
-    if controller_ref is not None:
-        meta["ownerReferences"] = [dict(controller_ref)]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": copy.deepcopy(dict(template.get("spec") or {})),
-    }
 
 
 @dataclass(slots=True)
