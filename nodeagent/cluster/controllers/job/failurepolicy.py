@@ -42,8 +42,10 @@ def match(policy: Mapping[str, Any] | None, pod: Mapping[str, Any]) -> tuple[str
                 continue
             if action == "FailJob":
                 code = cs["state"]["terminated"].get("exitCode")
-                msg = (f"Container {cs.get('name')} for pod {who} failed with exit code {code} "
-                       f"matching FailJob rule at index {i}")
+                msg = (
+                    f"Container {cs.get('name')} for pod {who} failed with exit code {code} "
+                    f"matching FailJob rule at index {i}"
+                )
                 return msg, True, action
         elif rule.get("onPodConditions") is not None:
             cond = next(
