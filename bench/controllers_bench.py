@@ -38,12 +38,21 @@ def timed(fn, repeat: int) -> float:
 
 
 def deployment(name: str, replicas: int, image: str = "v1") -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": "default", "uid": f"{name}-uid", "generation": 1},
-            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": image}]}},
-                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}},
-            "status": {}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "uid": f"{name}-uid", "generation": 1},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": image}]},
+            },
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+        },
+        "status": {},
+    }
 
 
 def main() -> None:
@@ -55,16 +64,25 @@ def main() -> None:
     rs = plan.actions[0].obj
     rs["metadata"].update(uid="big-rs", creationTimestamp="2023-11-14T20:00:00Z", generation=1)
     print(f"rollout1000 deployment sync (create the RS): {timed(lambda: dc.sync(d, [], now=NOW), n):.2f} ms")
-    print(f"rollout1000 replicaset manage (1000 to create, 500 planned): {timed(lambda: rsc.manage(rs, [], now=NOW, satisfied=True), n):.2f} ms")
-    pods = [pod(f"big-{i}", node=f"node-{i % 100:03d}", owner=rs, labels=rs["spec"]["template"]["metadata"]["labels"]) for i in range(1000)]
+    ms = timed(lambda: rsc.manage(rs, [], now=NOW, satisfied=True), n)
+    print(f"rollout1000 replicaset manage (1000 to create, 500 planned): {ms:.2f} ms")
+    pods = [
+        pod(f"big-{i}", node=f"node-{i % 100:03d}", owner=rs, labels=rs["spec"]["template"]["metadata"]["labels"])
+        for i in range(1000)
+    ]
     rs["status"] = {"replicas": 1000, "availableReplicas": 1000, "readyReplicas": 1000}
-    print(f"rollout1000 replicaset status pass over 1000 pods: {timed(lambda: rsc.reconcile(rs, pods, now=NOW), n):.2f} ms")
+    ms = timed(lambda: rsc.reconcile(rs, pods, now=NOW), n)
+    print(f"rollout1000 replicaset status pass over 1000 pods: {ms:.2f} ms")
     rs_small = {**rs, "spec": {**rs["spec"], "replicas": 750}}
-    print(f"rollout1000 scale-down victims (250 of 1000, ranked over 100 nodes): "
-          f"{timed(lambda: rsc.manage(rs_small, pods, now=NOW, satisfied=True, related=pods), n):.2f} ms")
+    print(
+        f"rollout1000 scale-down victims (250 of 1000, ranked over 100 nodes): "
+        f"{timed(lambda: rsc.manage(rs_small, pods, now=NOW, satisfied=True, related=pods), n):.2f} ms"
+    )
     d2 = deployment("big", 1000, image="v2")
     d2["metadata"]["generation"] = 2
-    print(f"rollout1000 deployment sync at the start of a rollout: {timed(lambda: dc.sync(d2, [rs], now=NOW), n):.2f} ms")
+    print(
+        f"rollout1000 deployment sync at the start of a rollout: {timed(lambda: dc.sync(d2, [rs], now=NOW), n):.2f} ms"
+    )
     deps = [deployment(f"d{i}", 20) for i in range(50)]
 
     def fifty() -> None:
@@ -73,6 +91,7 @@ def main() -> None:
             new = p.actions[0].obj
             new["metadata"].update(uid=f"{new['metadata']['name']}-u")
             rsc.manage(new, [], now=NOW, satisfied=True)
+
     print(f"fifty: 50 deployment syncs + 50 replicaset manages: {timed(fifty, n):.2f} ms")
     rss, all_pods = [], []
     for i in range(500):
@@ -85,6 +104,7 @@ def main() -> None:
     def idle() -> None:
         for r, ps in zip(rss, all_pods, strict=True):
             rsc.reconcile(r, ps, now=NOW)
+
     print(f"idle10k: replicaset resync pass over 500 RSs / 10,000 pods: {timed(idle, n):.1f} ms")
     objects = [*rss, *(p for ps in all_pods for p in ps)]
     scoped = lambda api, kind: True
