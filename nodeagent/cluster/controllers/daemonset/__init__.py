@@ -1,0 +1,1 @@
+"""The daemonset controller's pure core (see the room's docstring)."""
