@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from nodeagent.cluster.registry.catalog import ResourceInfo
+from nodeagent.core.errors import FieldError
 
 PatchType = Literal["json", "merge", "strategic", "apply"]
 PATCH_CONTENT_TYPES: dict[str, PatchType] = {
@@ -55,9 +57,19 @@ class FieldManager(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class FieldCheck:
+    """A body checked against its kind's schema."""
+
+    value: Any  # the body as typed decoding keeps it (unknown fields dropped)
+    warnings: tuple[str, ...] = ()  # Warn: `Warning: 299` texts (unknown/duplicate fields)
+    strict_error: str | None = None  # Strict: the 400 message (`strict decoding error: unknown field "x"`)
+    errors: tuple[FieldError, ...] = ()  # values of the wrong type: 422 Invalid
+
+
 class FieldValidator(Protocol):
-    def unknown_fields(self, obj: dict[str, Any], info: ResourceInfo) -> list[str]:
-        """Paths (`spec.x`) of fields the kind's schema does not have."""
+    def check(self, body: Any, info: ResourceInfo, mode: str) -> FieldCheck:
+        """Check a decoded request body (or a patched object) of `info`'s kind under fieldValidation `mode`."""
         ...
 
 

@@ -153,13 +153,7 @@ class GenericStore:
         """The decoded body as a fresh object of this kind, its metadata a mapping."""
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of the request must be a {self.info.kind} object")
-        version, kind = obj.get("apiVersion"), obj.get("kind")
-        if version not in (None, "") and version != self.info.api_version:
-            raise errors.bad_request(f"the API version in the data ({version}) does not match the expected "
-                                     f"API version ({self.info.api_version})")
-        if kind not in (None, "") and kind != self.info.kind:
-            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
-                                     f"({self.info.kind})")
+        self._check_kind(obj)
         body: Obj = {str(k): copy.deepcopy(v) for k, v in obj.items()}
         obj = body
         meta = obj.get("metadata")
@@ -187,17 +181,33 @@ class GenericStore:
         body["apiVersion"], body["kind"] = self.info.api_version, self.info.kind
         return body
 
-    def _fields_check(self, obj: Obj, ctx: Context) -> None:
-        """fieldValidation: unknown fields are an error (Strict), a warning (Warn) or ignored."""
+    def _validated(self, body: Any, ctx: Context, name: str = "") -> Any:
+        """The body after field validation: unknown fields an error (Strict), a warning (Warn) or
+        ignored, and dropped either way; values of the wrong type are 422 Invalid."""
+        raw = getattr(body, "value", body)  # a decoder's body wrapper (duplicate fields noted) or a plain value
+        if isinstance(raw, dict):
+            self._check_kind(raw)
         validator = self.plugins.validator
-        if validator is None or ctx.field_validation == "Ignore":
-            return
-        unknown = validator.unknown_fields(obj, self.info)
-        if not unknown:
-            return
-        if ctx.field_validation == "Strict":
-            raise errors.bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
-        ctx.warnings.extend(f'unknown field "{p}"' for p in unknown)
+        if validator is None:
+            return raw
+        check = validator.check(body, self.info, ctx.field_validation)
+        if check.strict_error:
+            raise errors.bad_request(check.strict_error)
+        if check.errors:
+            meta = raw.get("metadata") if isinstance(raw, dict) else None
+            shown = name or (str(meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else "")
+            raise self._invalid(shown, list(check.errors))
+        ctx.warnings.extend(check.warnings)
+        return check.value
+
+    def _check_kind(self, obj: dict[str, Any]) -> None:
+        version, kind = obj.get("apiVersion"), obj.get("kind")
+        if version not in (None, "") and version != self.info.api_version:
+            raise errors.bad_request(f"the API version in the data ({version}) does not match the expected "
+                                     f"API version ({self.info.api_version})")
+        if kind not in (None, "") and kind != self.info.kind:
+            raise errors.bad_request(f"the kind in the data ({kind}) does not match the expected kind "
+                                     f"({self.info.kind})")
 
     def _managed(self, old: Obj | None, new: Obj, ctx: Context, subresource: str = "") -> Obj:
         fm = self.plugins.field_manager
@@ -237,13 +247,12 @@ class GenericStore:
 
     # ---- create ----------------------------------------------------------------------------------
     async def create(self, namespace: str | None, body: Any, ctx: Context) -> Obj:
-        obj = self._check_body(body, namespace, None)
+        obj = self._check_body(self._validated(body, ctx), namespace, None)
         meta = obj["metadata"]
         generate = meta.get("generateName")
         generated = bool(not meta.get("name") and generate)
         if generated:
             meta["name"] = self._generated_name(generate)
-        self._fields_check(obj, ctx)
         for k in SERVER_METADATA:
             meta.pop(k, None)
         meta["uid"] = str(uuid.uuid4())
@@ -371,8 +380,7 @@ class GenericStore:
     async def update(self, namespace: str | None, name: str, body: Any, ctx: Context, *,
                      subresource: str = "") -> tuple[Obj, bool]:
         """PUT: (the object, whether it was created)."""
-        new = self._check_body(body, namespace, name)
-        self._fields_check(new, ctx)
+        new = self._check_body(self._validated(body, ctx, name), namespace, name)
         precondition = new["metadata"].get("resourceVersion") or ""
         if precondition:
             parse_resource_version(precondition)
@@ -392,7 +400,11 @@ class GenericStore:
                 new = mutate(None)
                 body = copy.deepcopy(new)
                 body["metadata"].pop("resourceVersion", None)
-                return await self.create(namespace, body, ctx), True
+                saved, ctx.field_validation = ctx.field_validation, "Ignore"  # checked once already
+                try:
+                    return await self.create(namespace, body, ctx), True
+                finally:
+                    ctx.field_validation = saved
             old = self._decode(kv)
             if precondition and precondition != old["metadata"].get("resourceVersion"):
                 raise errors.stale(self.info.plural, self.info.group, name)
@@ -502,8 +514,7 @@ class GenericStore:
                 raise self._invalid(name, [FieldError("", str(e))]) from None
             if not isinstance(out, dict):
                 raise self._invalid(name, [FieldError("", "the patched object is not an object")])
-            out = self._check_body(out, namespace, name)
-            self._fields_check(out, ctx)
+            out = self._check_body(self._validated(out, ctx, name), namespace, name)
             rv = out["metadata"].get("resourceVersion")
             if old is not None and rv and rv != old["metadata"].get("resourceVersion"):
                 raise errors.stale(self.info.plural, self.info.group, name)
