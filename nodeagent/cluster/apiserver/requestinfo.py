@@ -40,7 +40,7 @@ def _is_watch(value: str | None) -> bool:
 def request_info(method: str, path: str, watch_param: str | None = None) -> RequestInfo:
     """Parse one request. Unknown shapes are non-resource requests (the caller answers 404)."""
     method = method.upper()
-    segments = [s for s in path.strip("/").split("/")] if path.strip("/") else []
+    segments = path.strip("/").split("/") if path.strip("/") else []
     plain = RequestInfo(False, path, method.lower())
     if not segments or segments[0] not in ("api", "apis"):
         return plain

@@ -86,7 +86,8 @@ def cause_reason(message: str) -> str:
 def invalid(kind: str, group: str, name: str, errors: Iterable[FieldError]) -> StatusError:
     """422 Invalid: `Pod "x" is invalid: spec.x: Invalid value: ...` with details.causes[]."""
     errs = list(errors)
-    causes = [{"reason": cause_reason(e.message), "message": e.message, "field": e.path} for e in errs]
+    causes = [{"reason": getattr(e, "reason", None) or cause_reason(e.message), "message": e.message,
+               "field": e.path} for e in errs]
     parts = [f"{e.path}: {e.message}" if e.path else e.message for e in errs]
     text = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     qual = f"{kind}.{group}" if group else kind

@@ -1,0 +1,94 @@
+"""`nodeagent server run`: the composition root of the Kubernetes-speaking control plane.
+
+It only wires: the store (from the config, or given by the caller), the registry with the pieces
+of the rooms beside it (field validation from the schema room; patches from the patch room once
+it exists), the HTTP application, and the listening socket; it owns the process's lifetime
+(SIGTERM/SIGINT stop it, watches are ended, the store is closed last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import signal
+from collections.abc import Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from nodeagent.cluster.apiserver.kubeapi import create_kube_app
+from nodeagent.cluster.apiserver.resources import ApiSettings
+from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
+from nodeagent.cluster.registry.registry import Registry
+from nodeagent.cluster.registry.store import Plugins
+from nodeagent.cluster.serverconfig import ServerConfig
+from nodeagent.cluster.storage.interface import Store
+from nodeagent.core.clock import Clock, SystemClock
+
+log = structlog.get_logger(__name__)
+
+StoreFactory = Callable[[ServerConfig], Awaitable[Store]]
+
+
+async def open_store(config: ServerConfig) -> Store:
+    """The configured backend (cluster/storage/<backend>.py: `open_store(path)`)."""
+    try:
+        module = importlib.import_module(f"nodeagent.cluster.storage.{config.storage.backend}")
+    except ModuleNotFoundError:
+        raise ValueError(f"storage.backend: the {config.storage.backend!r} backend is not available in this "
+                         "build") from None
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    opened: Store = await module.open_store(config.storage.path)
+    return opened
+
+
+def plugins() -> Plugins:
+    """The registry's plugins from the rooms that provide them (import failures mean "not in this build")."""
+    found = Plugins(validator=SchemaFieldValidator())
+    with contextlib.suppress(ModuleNotFoundError):
+        adapters = importlib.import_module("nodeagent.cluster.registry.patching")
+        found.patcher = adapters.RegistryPatcher()
+    return found
+
+
+class ControlPlane:
+    def __init__(self, config: ServerConfig, *, store_factory: StoreFactory = open_store,
+                 clock: Clock | None = None) -> None:
+        self.config, self.store_factory = config, store_factory
+        self.clock = clock or SystemClock()
+        self.port: int | None = None
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, ready: Callable[[int], None] | None = None) -> None:
+        store = await self.store_factory(self.config)
+        registry = Registry(store, self.clock, plugins=plugins())
+        runner: web.AppRunner | None = None
+        try:
+            await registry.ensure_system_namespaces()
+            settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
+            app = create_kube_app(registry, settings)
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+            await runner.setup()
+            site = web.TCPSite(runner, self.config.address, self.config.port)
+            await site.start()
+            bound = runner.addresses
+            self.port = int(bound[0][1]) if bound else self.config.port
+            log.info("server_listening", address=self.config.address, port=self.port,
+                     storage=self.config.storage.backend, revision=store.revision)
+            if ready is not None:
+                ready(self.port)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop)
+            await self._stop.wait()
+            log.info("server_stopping")
+        finally:
+            await registry.close()
+            if runner is not None:
+                await runner.cleanup()
+            await store.close()
