@@ -64,7 +64,7 @@ def validate_list_options(opts: ListOptions) -> None:
         if match not in ("Exact", "NotOlderThan"):
             errs.append(FieldError("resourceVersionMatch", f'Unsupported value: "{match}": supported values: '
                                    '"Exact", "NotOlderThan", ""'))
-        elif not rv:
+        elif not rv and not opts.watch:  # WatchList sends NotOlderThan without a resourceVersion
             errs.append(FieldError("resourceVersionMatch", "Forbidden: resourceVersionMatch is forbidden unless "
                                    "resourceVersion is provided"))
         elif match == "Exact" and rv == "0":

@@ -185,8 +185,10 @@ class GenericStore:
         """The body after field validation: unknown fields an error (Strict), a warning (Warn) or
         ignored, and dropped either way; values of the wrong type are 422 Invalid."""
         raw = getattr(body, "value", body)  # a decoder's body wrapper (duplicate fields noted) or a plain value
-        if isinstance(raw, dict):
-            self._check_kind(raw)
+        if not isinstance(raw, dict):
+            raise errors.bad_request(f"couldn't get version/kind; json parse error: cannot unmarshal "
+                                     f"{type(raw).__name__} into an object of kind {self.info.kind}")
+        self._check_kind(raw)
         validator = self.plugins.validator
         if validator is None:
             return raw
@@ -465,9 +467,11 @@ class GenericStore:
         new = self._managed(old, new, ctx, subresource)
         stored_old = self.strategy.to_storage(copy.deepcopy(old))
         stored_new = self.strategy.to_storage(copy.deepcopy(new))
-        value = encode(stored_new)
-        if value == encode(stored_old):
+        stored_old["metadata"].pop("resourceVersion", None)
+        stored_new["metadata"].pop("resourceVersion", None)
+        if stored_new == stored_old:
             return old  # nothing changed: no write, the resourceVersion stays (as kube-apiserver)
+        value = encode(stored_new)
         if ctx.dry_run:
             return new
         if self._finished(new) and not self.strategy.held(new):

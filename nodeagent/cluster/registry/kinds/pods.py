@@ -28,7 +28,7 @@ TERMINAL = ("Succeeded", "Failed")
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 DEFAULT_GRACE = 30
 # what a pod update may change in spec (ValidatePodUpdate); everything else is immutable
-_MUTABLE_CONTAINER = ("image",)
+_MUTABLE_CONTAINER = ("image", "imagePullPolicy")  # the pull policy follows a new image's default
 
 
 def _strip_unknown(manifest: Obj) -> Obj:
