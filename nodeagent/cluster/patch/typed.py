@@ -1,0 +1,482 @@
+"""Objects walked along their schema as structured-merge-diff does for server-side apply: the set
+of fields a value sets, the difference between two values, merging an applied configuration
+into a live object, and removing fields.
+
+How a schema node is read (kube-openapi's conversion to structured-merge-diff schemas):
+- a struct is a granular map of named fields, or atomic with `x-kubernetes-map-type: atomic`;
+  a map (additionalProperties) likewise;
+- a list is `x-kubernetes-list-type` atomic, set (items by value) or map (items by
+  `x-kubernetes-list-map-keys`); without a list type, a list whose patch strategy is `merge` is a
+  map keyed by its patch merge key (a set when it has none), any other list is atomic;
+- scalars, int-or-string, quantities and free-form values (RawExtension) are leaves;
+- a field the schema does not know is deduced from its value: objects are granular maps, lists
+  are atomic.
+A list-map item that omits a key field takes the key's default when the API defines one (only
+`protocol`, "TCP", for ports); otherwise it is an error, as upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from nodeagent.cluster.patch.errors import UNPROCESSABLE, PatchError
+from nodeagent.cluster.patch.fieldpath import EMPTY, FieldSet, Path, PathElement, builder, canonical_json, path_string
+from nodeagent.cluster.schema.model import ListType, MapType, Schema, Shape
+
+MAX_DEPTH = 200
+KEY_DEFAULTS = {"protocol": "TCP"}
+
+
+class _Absent:
+    """A value that is not there (distinct from JSON null)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+class Kind(Enum):
+    LEAF = "leaf"  # scalars, atomic lists and maps, free-form values
+    STRUCT = "struct"
+    MAP = "map"
+    LIST_SET = "set"
+    LIST_MAP = "list-map"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    kind: Kind
+    schema: Schema | None
+    keys: tuple[str, ...] = ()
+
+
+class TypedError(PatchError):
+    """A value that cannot be walked (a list-map item without its key, duplicate keys)."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        where = path_string(path) or "."
+        super().__init__(f"{where}: {message}", UNPROCESSABLE)
+
+
+def resolve(schema: Schema | None, value: Any) -> Node:
+    """How `value` at a node of `schema` is walked."""
+    if schema is None:
+        if isinstance(value, dict):
+            return Node(Kind.MAP, None)
+        return Node(Kind.LEAF, None)
+    shape = schema.shape
+    if shape == Shape.STRUCT:
+        if not isinstance(value, dict) or schema.map_type == MapType.ATOMIC:
+            return Node(Kind.LEAF, schema)
+        return Node(Kind.STRUCT, schema)
+    if shape == Shape.MAP:
+        if not isinstance(value, dict) or schema.map_type == MapType.ATOMIC:
+            return Node(Kind.LEAF, schema)
+        return Node(Kind.MAP, schema)
+    if shape == Shape.LIST:
+        if not isinstance(value, list):
+            return Node(Kind.LEAF, schema)
+        raw_type = schema.extension("x-kubernetes-list-type")
+        if raw_type:
+            list_type = schema.list_type
+            if list_type == ListType.SET:
+                return Node(Kind.LIST_SET, schema)
+            if list_type == ListType.MAP:
+                return Node(Kind.LIST_MAP, schema, schema.list_map_keys)
+            return Node(Kind.LEAF, schema)
+        if "merge" in schema.patch_strategies:
+            key = schema.patch_merge_key
+            return Node(Kind.LIST_MAP, schema, (key,)) if key else Node(Kind.LIST_SET, schema)
+        return Node(Kind.LEAF, schema)
+    return Node(Kind.LEAF, schema)
+
+
+def child_schema(node: Node, key: str) -> Schema | None:
+    if node.schema is None:
+        return None
+    if node.kind == Kind.STRUCT:
+        return node.schema.field(key)
+    if node.kind == Kind.MAP:
+        return node.schema.additional
+    return None
+
+
+def _is_named(node: Node, key: str) -> bool:
+    return node.kind == Kind.STRUCT and node.schema is not None and node.schema.field(key) is not None
+
+
+def item_schema(node: Node) -> Schema | None:
+    return node.schema.items if node.schema is not None else None
+
+
+def item_element(node: Node, item: Any, path: Path) -> PathElement:
+    """The path element of a list item: its keys (list-map) or its value (set)."""
+    if node.kind == Kind.LIST_MAP:
+        if item is None:
+            raise TypedError(path, "associative list with keys may not have a null element")
+        if not isinstance(item, dict):
+            raise TypedError(path, "associative list with keys may not have non-map elements")
+        fields = {}
+        for key in node.keys:
+            if key in item:
+                fields[key] = item[key]
+            elif key in KEY_DEFAULTS:
+                fields[key] = KEY_DEFAULTS[key]
+            else:
+                message = f'associative list with keys has an element that omits key field "{key}"'
+                raise TypedError(path, message + " (and doesn't have default value)")
+        return PathElement.key(fields)
+    if isinstance(item, dict):
+        raise TypedError(path, "associative list without keys has an element that's a map type")
+    return PathElement.value(item)
+
+
+def _depth(path: Path) -> None:
+    if len(path) > MAX_DEPTH:
+        raise TypedError(path, f"nested deeper than {MAX_DEPTH} levels")
+
+
+# ---- the fields a value sets ----
+
+
+def field_set(value: Any, schema: Schema | None) -> FieldSet:
+    """Every field `value` sets (structured-merge-diff's ToFieldSet)."""
+    out = builder()
+    _to_set(value, schema, (), out)
+    return out.build()
+
+
+def _to_set(value: Any, schema: Schema | None, path: Path, out: Any) -> None:
+    _depth(path)
+    node = resolve(schema, value)
+    if node.kind == Kind.LEAF:
+        out.insert(path)
+        return
+    if node.kind in (Kind.STRUCT, Kind.MAP):
+        for key, v in value.items():
+            sub = (*path, PathElement.field(key))
+            _to_set(v, child_schema(node, key), sub, out)
+            if v is None or (isinstance(v, dict) and not v) or not _is_named(node, key):
+                out.insert(sub)
+        return
+    seen: set[PathElement] = set()
+    dups: set[PathElement] = set()
+    elements = [item_element(node, item, (*path, PathElement.index(i))) for i, item in enumerate(value)]
+    for pe in elements:
+        if pe in seen:
+            dups.add(pe)
+        seen.add(pe)
+    for pe in dups:
+        out.insert((*path, pe))
+    for pe, item in zip(elements, value, strict=True):
+        if pe in dups:
+            continue
+        sub = (*path, pe)
+        _to_set(item, item_schema(node), sub, out)
+        out.insert(sub)
+
+
+def check(value: Any, schema: Schema | None) -> None:
+    """Raise TypedError where `value` cannot be walked: list-map items without their keys or
+    with the same keys, set items that are maps (what upstream's typed conversion refuses in an
+    applied configuration)."""
+    _check(value, schema, ())
+
+
+def _check(value: Any, schema: Schema | None, path: Path) -> None:
+    _depth(path)
+    node = resolve(schema, value)
+    if node.kind in (Kind.STRUCT, Kind.MAP):
+        for key, v in value.items():
+            _check(v, child_schema(node, key), (*path, PathElement.field(key)))
+    elif node.kind in (Kind.LIST_SET, Kind.LIST_MAP):
+        _unique_elements(node, value, path)
+        for i, item in enumerate(value):
+            _check(item, item_schema(node), (*path, item_element(node, item, (*path, PathElement.index(i)))))
+
+
+# ---- comparing two values ----
+
+
+@dataclass(slots=True)
+class Comparison:
+    added: Any = field(default_factory=builder)
+    modified: Any = field(default_factory=builder)
+    removed: Any = field(default_factory=builder)
+
+    def sets(self) -> tuple[FieldSet, FieldSet, FieldSet]:
+        return self.added.build(), self.modified.build(), self.removed.build()
+
+
+def compare(lhs: Any, rhs: Any, schema: Schema | None) -> tuple[FieldSet, FieldSet, FieldSet]:
+    """(added, modified, removed) going from `lhs` to `rhs` (structured-merge-diff's Compare)."""
+    c = Comparison()
+    _compare(lhs, rhs, schema, (), c)
+    return c.sets()
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    return canonical_json(a) == canonical_json(b)
+
+
+def _leaf(lhs: Any, rhs: Any, path: Path, c: Comparison) -> None:
+    if lhs is ABSENT:
+        c.added.insert(path)
+    elif rhs is ABSENT:
+        c.removed.insert(path)
+    elif not _json_equal(lhs, rhs):
+        c.modified.insert(path)
+
+
+def _compare(lhs: Any, rhs: Any, schema: Schema | None, path: Path, c: Comparison) -> None:
+    _depth(path)
+    lnode = resolve(schema, lhs) if lhs is not ABSENT else None
+    rnode = resolve(schema, rhs) if rhs is not ABSENT else None
+    node = rnode or lnode
+    assert node is not None
+    if lnode is not None and rnode is not None and lnode.kind != rnode.kind:
+        _leaf(lhs, rhs, path, c)  # a value of another kind replaced this one
+        return
+    if node.kind == Kind.LEAF or (_empty(lhs) and _empty(rhs)):
+        _leaf(lhs, rhs, path, c)
+        return
+    if node.kind in (Kind.STRUCT, Kind.MAP):
+        left = lhs if isinstance(lhs, dict) else {}
+        right = rhs if isinstance(rhs, dict) else {}
+        for key in [*left, *(k for k in right if k not in left)]:
+            _compare(
+                left.get(key, ABSENT),
+                right.get(key, ABSENT),
+                child_schema(node, key),
+                (*path, PathElement.field(key)),
+                c,
+            )
+    else:
+        _compare_lists(node, lhs if isinstance(lhs, list) else [], rhs if isinstance(rhs, list) else [], path, c)
+    if lhs is ABSENT:
+        c.added.insert(path)
+    elif rhs is ABSENT:
+        c.removed.insert(path)
+
+
+def _empty(value: Any) -> bool:
+    return value is ABSENT or ((isinstance(value, dict | list)) and not value)
+
+
+def _compare_lists(node: Node, lhs: list[Any], rhs: list[Any], path: Path, c: Comparison) -> None:
+    order: list[PathElement] = []
+    left: dict[PathElement, list[Any]] = {}
+    right: dict[PathElement, list[Any]] = {}
+    for i, item in enumerate(lhs):
+        pe = item_element(node, item, (*path, PathElement.index(i)))
+        if pe not in left:
+            order.append(pe)
+        left.setdefault(pe, []).append(item)
+    for i, item in enumerate(rhs):
+        pe = item_element(node, item, (*path, PathElement.index(i)))
+        if pe not in right and pe not in left:
+            order.append(pe)
+        right.setdefault(pe, []).append(item)
+    items = item_schema(node)
+    for pe in order:
+        ls, rs = left.get(pe, []), right.get(pe, [])
+        sub = (*path, pe)
+        if len(ls) <= 1 and len(rs) <= 1:
+            _compare(ls[0] if ls else ABSENT, rs[0] if rs else ABSENT, items, sub, c)
+        elif len(ls) >= 2 and len(rs) >= 2:
+            if len(ls) != len(rs) or not all(_json_equal(a, b) for a, b in zip(ls, rs, strict=True)):
+                c.modified.insert(sub)
+        elif len(ls) >= 2:
+            if rs:
+                _compare(ABSENT, rs[0], items, sub, c)
+            c.removed.insert(sub)
+        else:
+            if ls:
+                _compare(ls[0], ABSENT, items, sub, c)
+            c.added.insert(sub)
+
+
+# ---- merging an applied configuration ----
+
+
+def merge(lhs: Any, rhs: Any, schema: Schema | None) -> Any:
+    """`rhs` (an applied configuration) merged into `lhs` (structured-merge-diff's Merge)."""
+    return _merge(lhs, rhs, schema, ())
+
+
+def _merge(lhs: Any, rhs: Any, schema: Schema | None, path: Path) -> Any:
+    _depth(path)
+    if rhs is ABSENT:
+        return lhs
+    node = resolve(schema, rhs)
+    if node.kind in (Kind.LIST_SET, Kind.LIST_MAP):
+        _unique_elements(node, rhs, path)
+    if lhs is ABSENT:
+        return rhs
+    lnode = resolve(schema, lhs)
+    if node.kind == Kind.LEAF or lnode.kind != node.kind:
+        return rhs
+    if node.kind in (Kind.STRUCT, Kind.MAP):
+        out = {}
+        for key in [*lhs, *(k for k in rhs if k not in lhs)]:
+            merged = _merge(
+                lhs.get(key, ABSENT), rhs.get(key, ABSENT), child_schema(node, key), (*path, PathElement.field(key))
+            )
+            if merged is not ABSENT:
+                out[key] = merged
+        return out
+    return _merge_lists(node, lhs, rhs, path)
+
+
+def _unique_elements(node: Node, items: list[Any], path: Path) -> None:
+    seen: set[PathElement] = set()
+    for i, item in enumerate(items):
+        pe = item_element(node, item, (*path, PathElement.index(i)))
+        if pe in seen:
+            raise TypedError(path, f"duplicate entries for key {pe}")
+        seen.add(pe)
+
+
+def _merge_lists(node: Node, lhs: list[Any], rhs: list[Any], path: Path) -> list[Any]:
+    """Upstream's order: the configuration's order for the items it names, live-only items kept
+    where they were relative to those."""
+    items = item_schema(node)
+    r_pes = [item_element(node, item, (*path, PathElement.index(i))) for i, item in enumerate(rhs)]
+    r_values = dict(zip(r_pes, rhs, strict=True))
+    l_pes: list[PathElement] = []
+    l_values: dict[PathElement, Any] = {}
+    for i, item in enumerate(lhs):
+        pe = item_element(node, item, (*path, PathElement.index(i)))
+        l_values[pe] = item if pe not in l_values else None  # duplicated live items merge as null
+        l_pes.append(pe)
+    shared = [pe for pe in r_pes if pe in l_values]
+    next_shared = shared.pop(0) if shared else None
+    merged_rhs: set[PathElement] = set()
+    out: list[Any] = []
+
+    def emit(pe: PathElement, left: Any, right: Any) -> None:
+        value = _merge(left, right, items, (*path, pe))
+        if value is not ABSENT:
+            out.append(value)
+
+    li = ri = 0
+    while li < len(l_pes) or ri < len(r_pes):
+        if li < len(l_pes) and ri < len(r_pes):
+            pe = l_pes[li]
+            if pe == r_pes[ri]:
+                merged_rhs.add(pe)
+                emit(pe, l_values.get(pe, ABSENT), r_values[pe])
+                li += 1
+                ri += 1
+                next_shared = shared.pop(0) if shared else None
+                continue
+            if pe in r_values and next_shared is not None and next_shared != pe:
+                li += 1
+                continue
+        if li < len(l_pes):
+            pe = l_pes[li]
+            if pe not in r_values:
+                emit(pe, lhs[li], ABSENT)
+                li += 1
+                continue
+            if pe in merged_rhs:
+                li += 1
+        if ri < len(r_pes):
+            pe = r_pes[ri]
+            merged_rhs.add(pe)
+            emit(pe, l_values.get(pe, ABSENT), r_values[pe])
+            ri += 1
+            if next_shared is not None and next_shared == pe:
+                next_shared = shared.pop(0) if shared else None
+    return out
+
+
+# ---- removing fields ----
+
+
+def remove_items(value: Any, to_remove: FieldSet, schema: Schema | None) -> Any:
+    """`value` without the members of `to_remove` (list items, map keys and struct fields);
+    maps and lists emptied by it disappear, as upstream's removal leaves them null."""
+    out = _remove(value, to_remove, schema, ())
+    return {} if out is ABSENT and isinstance(value, dict) else out
+
+
+def _remove(value: Any, to_remove: FieldSet, schema: Schema | None, path: Path) -> Any:
+    _depth(path)
+    node = resolve(schema, value)
+    if node.kind == Kind.LEAF or to_remove.empty or not value:
+        return value
+    if node.kind in (Kind.STRUCT, Kind.MAP):
+        out = {}
+        for key, v in value.items():
+            pe = PathElement.field(key)
+            if pe in to_remove.members:
+                continue
+            sub = to_remove.with_prefix(pe)
+            if not sub.empty:
+                v = _remove(v, sub, child_schema(node, key), (*path, pe))
+                if v is ABSENT:
+                    continue
+            out[key] = v
+        return out if out else ABSENT
+    items = []
+    for i, item in enumerate(value):
+        pe = item_element(node, item, (*path, PathElement.index(i)))
+        if pe in to_remove.members:
+            continue
+        sub = to_remove.with_prefix(pe)
+        if not sub.empty:
+            item = _remove(item, sub, item_schema(node), (*path, pe))
+            if item is ABSENT:
+                item = None
+        items.append(item)
+    return items if items else ABSENT
+
+
+def ensure_named_fields_are_members(s: FieldSet, schema: Schema | None) -> FieldSet:
+    """`s` plus, as members, the named struct fields it has children under (so removing a set
+    removes a struct field whose leaves it owned, but not a map whose keys it owned)."""
+    if s.empty or schema is None:
+        return s
+    shape = schema.shape
+    members = set(s.members)
+    children = {}
+    for pe, sub in s.children.items():
+        child: Schema | None = None
+        if pe.kind == "f":
+            if shape == Shape.STRUCT:
+                child = schema.field(pe.text)
+                if child is not None:
+                    members.add(pe)
+            elif shape == Shape.MAP:
+                child = schema.additional
+        elif shape == Shape.LIST:
+            child = schema.items
+        children[pe] = ensure_named_fields_are_members(sub, child)
+    return FieldSet(frozenset(members), children)
+
+
+def strip(s: FieldSet, prefixes: Sequence[Path]) -> FieldSet:
+    """`s` without the fields under these path prefixes (and the prefixes themselves)."""
+    if not prefixes:
+        return s
+    return s.recursive_difference(FieldSet.of(*prefixes))
+
+
+__all__ = [
+    "ABSENT",
+    "EMPTY",
+    "TypedError",
+    "check",
+    "compare",
+    "ensure_named_fields_are_members",
+    "field_set",
+    "merge",
+    "remove_items",
+    "strip",
+]
