@@ -1,8 +1,8 @@
 """`nodeagent server run`: the composition root of the Kubernetes-speaking control plane.
 
 It only wires: the store (from the config, or given by the caller), the registry with the pieces
-of the rooms beside it (field validation from the schema room; patches from the patch room once
-it exists), the HTTP application, and the listening socket; it owns the process's lifetime
+of the rooms beside it (field validation and OpenAPI from the schema room, patches and
+managedFields from the patch room), the HTTP application, and the listening socket; it owns the process's lifetime
 (SIGTERM/SIGINT stop it, watches are ended, the store is closed last).
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -18,12 +17,16 @@ import structlog
 from aiohttp import web
 
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
+from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
+from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.cluster.registry.store import Plugins
 from nodeagent.cluster.serverconfig import ServerConfig
 from nodeagent.cluster.storage.interface import Store
+from nodeagent.cluster.storage.memory import MemoryStore
+from nodeagent.cluster.storage.sqlite import SqliteStore
 from nodeagent.core.clock import Clock, SystemClock
 
 log = structlog.get_logger(__name__)
@@ -32,24 +35,17 @@ StoreFactory = Callable[[ServerConfig], Awaitable[Store]]
 
 
 async def open_store(config: ServerConfig) -> Store:
-    """The configured backend (cluster/storage/<backend>.py: `open_store(path)`)."""
-    try:
-        module = importlib.import_module(f"nodeagent.cluster.storage.{config.storage.backend}")
-    except ModuleNotFoundError:
-        raise ValueError(f"storage.backend: the {config.storage.backend!r} backend is not available in this "
-                         "build") from None
+    """The configured backend: SQLite at storage.path (durable), or memory (nothing survives a restart)."""
+    if config.storage.backend == "memory":
+        return MemoryStore()
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    opened: Store = await module.open_store(config.storage.path)
-    return opened
+    return await SqliteStore.open(config.storage.path)
 
 
-def plugins() -> Plugins:
-    """The registry's plugins from the rooms that provide them (import failures mean "not in this build")."""
-    found = Plugins(validator=SchemaFieldValidator())
-    with contextlib.suppress(ModuleNotFoundError):
-        adapters = importlib.import_module("nodeagent.cluster.registry.patching")
-        found.patcher = adapters.RegistryPatcher()
-    return found
+def plugins(clock: Clock) -> Plugins:
+    """The registry's plugins: field validation (schema room), patches and managedFields (patch room)."""
+    return Plugins(validator=SchemaFieldValidator(), patcher=RegistryPatcher(clock),
+                   field_manager=RegistryFieldManager(clock))
 
 
 class ControlPlane:
@@ -65,12 +61,12 @@ class ControlPlane:
 
     async def run(self, *, ready: Callable[[int], None] | None = None) -> None:
         store = await self.store_factory(self.config)
-        registry = Registry(store, self.clock, plugins=plugins())
+        registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         try:
             await registry.ensure_system_namespaces()
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
-            app = create_kube_app(registry, settings)
+            app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog))
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, self.config.address, self.config.port)

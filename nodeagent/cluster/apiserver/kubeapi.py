@@ -37,13 +37,24 @@ REGISTRY: web.AppKey[Registry] = web.AppKey("registry", Registry)
 SETTINGS: web.AppKey[ApiSettings] = web.AppKey("settings", ApiSettings)
 
 
-class OpenAPISource(Protocol):
-    def index(self) -> dict[str, str]:
-        """{"api/v1": "<hash>", "apis/apps/v1": "<hash>", ...} for /openapi/v3."""
-        ...
+class OpenAPIDocument(Protocol):
+    @property
+    def body(self) -> bytes: ...
 
-    def document(self, path: str) -> bytes | None:
-        """The OpenAPI v3 document of one group-version path ("api/v1"), JSON."""
+    @property
+    def etag(self) -> str: ...
+
+
+class OpenAPIDocumentSet(Protocol):
+    @property
+    def index(self) -> OpenAPIDocument: ...
+
+    def get(self, group_version_path: str) -> OpenAPIDocument | None: ...
+
+
+class OpenAPISource(Protocol):
+    def documents(self) -> OpenAPIDocumentSet:
+        """The /openapi/v3 index and the documents by group-version path ("api/v1")."""
         ...
 
 
@@ -133,14 +144,15 @@ class KubeAPI:
     def _openapi(self, parts: list[str]) -> web.Response:
         if self.openapi is None or len(parts) < 2 or parts[1] != "v3":
             raise errors.path_not_found()
+        docs = self.openapi.documents()
         if len(parts) == 2:
-            paths = {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={h}"} for gv, h in self.openapi.index().items()}
-            return web.Response(body=orjson.dumps({"paths": paths}), headers={"Content-Type": "application/json"})
-        doc = self.openapi.document("/".join(parts[2:]))
+            return web.Response(body=docs.index.body, headers={"Content-Type": "application/json",
+                                                               "ETag": docs.index.etag})
+        doc = docs.get("/".join(parts[2:]))
         if doc is None:
             raise errors.path_not_found()
-        return web.Response(body=doc, headers={"Content-Type": "application/json",
-                                               "Cache-Control": "public, immutable"})
+        return web.Response(body=doc.body, headers={"Content-Type": "application/json", "ETag": doc.etag,
+                                                    "Cache-Control": "public, immutable"})
 
 
 def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenAPISource | None = None,

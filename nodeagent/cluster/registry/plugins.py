@@ -38,14 +38,14 @@ class PatchError(ValueError):
 class ApplyConflict(ValueError):
     """Server-side apply refused: other managers own these fields (409 Conflict, FieldManagerConflict)."""
 
-    def __init__(self, message: str, conflicts: list[tuple[str, str]]) -> None:
+    def __init__(self, message: str, causes: list[dict[str, str]]) -> None:
         super().__init__(message)
-        self.conflicts = conflicts  # (manager, field path)
+        self.causes = causes  # {"reason": "FieldManagerConflict", "message": ..., "field": ".spec.x"}
 
 
 class Patcher(Protocol):
     def patch(self, patch_type: PatchType, current: dict[str, Any] | None, patch: Any, info: ResourceInfo, *,
-              field_manager: str, force: bool) -> dict[str, Any]:
+              field_manager: str, force: bool, subresource: str = "") -> dict[str, Any]:
         """The object after the patch (current is None only for apply, which creates)."""
         ...
 

@@ -271,6 +271,7 @@ class GenericStore:
             await self.namespace_check(meta["namespace"], ctx)
         await self._admit("CREATE", obj, None, ctx)
         obj = self._managed(None, obj, ctx)
+        meta = obj["metadata"]
         key = self.key(meta.get("namespace"), meta["name"])
         if ctx.dry_run:
             if await self._get_kv(key) is not None:
@@ -506,11 +507,9 @@ class GenericStore:
         def mutate(old: Obj | None) -> Obj:
             try:
                 out = patcher.patch(patch_type, old, patch, self.info, field_manager=ctx.field_manager,
-                                    force=ctx.force)
+                                    force=ctx.force, subresource=subresource)
             except ApplyConflict as e:
-                causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": f}
-                          for m, f in e.conflicts]
-                details = {"name": name, "group": self.info.group, "kind": self.info.plural, "causes": causes}
+                details = {"name": name, "group": self.info.group, "kind": self.info.plural, "causes": e.causes}
                 raise errors.StatusError(409, "Conflict", str(e), details) from None
             except PatchError as e:
                 if e.malformed:
