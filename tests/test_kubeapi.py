@@ -148,7 +148,7 @@ async def test_unknown_field_warns_by_default_and_fails_under_strict(api) -> Non
     body["metadata"]["name"] = "s"
     resp = await api.post("/api/v1/namespaces/default/pods?fieldValidation=Strict", json=body)
     st = await _status(resp, 400, "BadRequest")
-    assert st["message"] == 'strict decoding error: unknown field "spec.bogus"'
+    assert st["message"] == 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.bogus"'
     await _status(await api.get("/api/v1/namespaces/default/pods/s"), 404, "NotFound")
     await _status(await api.post("/api/v1/namespaces/default/pods?fieldValidation=Loose", json=body), 422, "Invalid")
 

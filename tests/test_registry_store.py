@@ -106,7 +106,7 @@ async def test_strict_field_validation_refuses_unknown_fields_and_warn_warns() -
     body["spec"]["bogus"] = 1
     with pytest.raises(StatusError) as e:
         await pods.create("default", body, Context(field_validation="Strict"))
-    assert e.value.code == 400 and e.value.message == 'strict decoding error: unknown field "spec.bogus"'
+    assert e.value.code == 400 and e.value.message == 'Pod in version "v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.bogus"'
     ctx = Context(field_validation="Warn")
     obj = await pods.create("default", body, ctx)
     assert ctx.warnings == ['unknown field "spec.bogus"'] and "bogus" not in obj["spec"]

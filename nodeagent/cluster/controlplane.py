@@ -24,6 +24,7 @@ from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPa
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.cluster.registry.store import Plugins
 from nodeagent.cluster.serverconfig import ServerConfig
+from nodeagent.cluster.storage.compactor import Compactor
 from nodeagent.cluster.storage.interface import Store
 from nodeagent.cluster.storage.memory import MemoryStore
 from nodeagent.cluster.storage.sqlite import SqliteStore
@@ -63,6 +64,8 @@ class ControlPlane:
         store = await self.store_factory(self.config)
         registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
+        compactor = asyncio.create_task(Compactor(store, self.config.compaction_interval, self.clock).run(),
+                                        name="compactor")
         try:
             await registry.ensure_system_namespaces()
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
@@ -84,6 +87,9 @@ class ControlPlane:
             await self._stop.wait()
             log.info("server_stopping")
         finally:
+            compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await compactor
             await registry.close()
             if runner is not None:
                 await runner.cleanup()

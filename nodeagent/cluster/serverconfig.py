@@ -8,6 +8,7 @@
       backend: sqlite           # the embedded default (k3s's choice); an etcd backend can come later
       path: /var/lib/nodeagent-server/state.db
     watchBookmarkInterval: 1m
+    compactionInterval: 5m      # history older than one interval is compacted (watchers then get 410)
     logging: {level: info, format: auto}
 """
 
@@ -50,6 +51,7 @@ class ServerConfig(BaseModel):
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     watch_bookmark_interval: PositiveDuration = 60.0
+    compaction_interval: PositiveDuration = 300.0  # kube-apiserver's --etcd-compaction-interval
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
     @model_validator(mode="after")

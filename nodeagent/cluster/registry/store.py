@@ -68,6 +68,7 @@ ORPHAN = "orphan"
 UPDATE_RETRIES = 16
 LIST_CHUNK = 500
 
+OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields", "generateName")
 NamespaceCheck = Callable[[str, Context], Awaitable[None]]
 
 
@@ -164,6 +165,9 @@ class GenericStore:
         for k in ("name", "generateName", "namespace", "resourceVersion", "uid"):
             if k in meta and meta[k] is not None and not isinstance(meta[k], str):
                 raise errors.bad_request(f"metadata.{k} must be a string")
+        for k in OMIT_EMPTY_METADATA:  # Go's typed objects leave empty maps and lists out (omitempty)
+            if k in meta and meta[k] in ({}, [], None):
+                del meta[k]
         if self.info.namespaced:
             given = meta.get("namespace")
             if given and namespace and given != namespace:
@@ -194,7 +198,9 @@ class GenericStore:
             return raw
         check = validator.check(body, self.info, ctx.field_validation)
         if check.strict_error:
-            raise errors.bad_request(check.strict_error)
+            kind, version = self.info.kind, self.info.version
+            raise errors.bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: '
+                                     f"{check.strict_error}")
         if check.errors:
             meta = raw.get("metadata") if isinstance(raw, dict) else None
             shown = name or (str(meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else "")
