@@ -269,3 +269,22 @@ async def test_bad_selectors_are_400(api) -> None:
     assert body["message"].startswith("unable to parse requirement")
     body = await _status(await api.get("/api/v1/pods?fieldSelector=spec.bogus%3Dx"), 400, "BadRequest")
     assert body["message"] == "field label not supported: spec.bogus"
+
+
+@pytest.mark.parametrize("spec", [-1, 1e308, "x", [1], {"hard": "many"}, {"hard": {"pods": {"x": 1}}},
+                                  {"hard": {"pods": "-1"}}, {"hard": {"bogus": "1"}}, {"scopes": "x"}])
+async def test_malformed_resource_quotas_are_client_errors(api, spec) -> None:
+    """The 8 of 630 payloads that got a 500 before (issue 13): a spec that is a number, a hard that is a string."""
+    resp = await api.post("/api/v1/namespaces/default/resourcequotas", json={"metadata": {"name": "q"}, "spec": spec})
+    assert resp.status in (400, 422), await resp.text()
+    assert (await resp.json())["kind"] == "Status"
+    await _status(await api.get("/api/v1/namespaces/default/resourcequotas/q"), 404, "NotFound")
+
+
+async def test_valid_quota_and_its_table(api) -> None:
+    resp = await api.post("/api/v1/namespaces/default/resourcequotas",
+                          json={"metadata": {"name": "q"}, "spec": {"hard": {"pods": "10", "limits.cpu": "2"}}})
+    assert resp.status == 201, await resp.text()
+    t = await (await api.get("/api/v1/namespaces/default/resourcequotas", headers={"Accept": TABLE})).json()
+    assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Age", "Request", "Limit"]
+    assert t["rows"][0]["cells"][2:] == ["pods: 0/10", "limits.cpu: 0/2"]
