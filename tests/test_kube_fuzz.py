@@ -28,8 +28,8 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), ma
                                      "rbac.authorization.k8s.io", "Role", "ClusterRole", "Pod", "Container"]))
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
-    st.dictionaries(st.sampled_from(FIELDS + ["name", "kind", "apiGroup", "verbs", "cpu", "memory", "key",
-                                              "effect", "command", "requests", "max", "min", "x"]), inner,
+    st.dictionaries(st.sampled_from([*FIELDS, "name", "kind", "apiGroup", "verbs", "cpu", "memory", "key",
+                                     "effect", "command", "requests", "max", "min", "x"]), inner,
                     max_size=4)), max_leaves=12)
 metadata = st.fixed_dictionaries({}, optional={
     "name": st.one_of(st.just("fuzz"), st.text(max_size=8), st.integers()),
