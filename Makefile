@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler install-systemd clean
+.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-storage install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -55,7 +55,7 @@ integration-v2: install
 integration-container:
 	integration/container/run.sh
 
-bench: bench-agent bench-scheduler
+bench: bench-agent bench-scheduler bench-storage
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
 bench-agent: install
@@ -65,6 +65,10 @@ bench-agent: install
 
 bench-scheduler: install
 	$(BIN)/python bench/scheduler_bench.py
+
+## The control plane's Store: durable txns/s, loop cost of the writes, watch latency, RSS (prints figures).
+bench-storage: install
+	$(BIN)/python bench/storage_bench.py
 
 PREFIX  ?= /usr/local
 UNITDIR ?= /etc/systemd/system

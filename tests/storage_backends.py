@@ -19,7 +19,7 @@ class Backend:
     name: str
     tmp: Path
     history_size: int = 8192
-    writer: str = "thread"
+    writer: str = "process"
 
     @property
     def durable(self) -> bool:
@@ -34,9 +34,9 @@ class Backend:
 
 BACKENDS = {
     "memory": {},
-    "sqlite": {},
-    # a ring of 2 revisions: old reads and watches come from the SQLite log
-    "sqlite-ring2": {"history_size": 2},
+    "sqlite": {"writer": "process"},  # the default
+    # a ring of 2 revisions (old reads and watches come from the SQLite log), the writer thread
+    "sqlite-ring2": {"history_size": 2, "writer": "thread"},
 }
 
 

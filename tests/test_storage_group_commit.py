@@ -4,6 +4,7 @@ failed commit takes with it. A gate around the real committer holds or fails cho
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 from storage_backends import nothing_more, take
 
+from nodeagent.cluster.storage import logdb
 from nodeagent.cluster.storage.committer import Committer, WriteFailed
-from nodeagent.cluster.storage.interface import Compare, Get, Put, StoreError
+from nodeagent.cluster.storage.interface import Compacted, Compare, DeleteKey, Event, Get, Put, StoreError
 from nodeagent.cluster.storage.logdb import Row
 from nodeagent.cluster.storage.sqlite import SqliteStore
 
@@ -156,3 +158,79 @@ async def test_a_cancelled_caller_does_not_undo_its_txn(gated: tuple[SqliteStore
     await gate.release()
     await asyncio.sleep(0.01)  # the commit's callback publishes it
     assert (await store.get("/a"))[0] is not None  # like etcd: a cancelled request may have committed
+
+
+def test_the_log_is_wal_with_synchronous_full_and_private(tmp_path: Path) -> None:
+    """What makes a returned txn survive power loss, not only SIGKILL: each commit fsyncs the WAL."""
+    path = str(tmp_path / "d" / "s.db")
+    fd = logdb.lock(path, 0)
+    logdb.load(path)
+    writer = logdb.LogWriter(path)
+    try:
+        assert writer._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert writer._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        writer.close()
+        os.close(fd)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+
+
+async def test_a_second_store_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    store = await SqliteStore.open(path)
+    try:
+        with pytest.raises(StoreError, match="another store holds"):
+            await SqliteStore.open(path, lock_timeout=0.1)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+async def test_a_file_that_is_no_log_is_a_clear_error_and_leaves_nothing_held(tmp_path: Path, writer: str) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database" * 100)
+    for _ in range(2):  # the second time the lock is free again: the same error, not "another store"
+        with pytest.raises(StoreError, match="cannot open the store: file is not a database"):
+            await SqliteStore.open(str(path), writer=writer)  # type: ignore[arg-type]
+
+
+async def test_compaction_runs_in_chunks_between_batches_and_deletes_what_it_forgets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nodeagent.cluster.storage.sqlite.COMPACT_CHUNK", 3)
+    path = str(tmp_path / "s.db")
+    store = await SqliteStore.open(path)
+    for i in range(30):  # 3 keys, 10 versions each; /k0 deleted at the end
+        await store.txn([], [Put(f"/k{i % 3}", str(i).encode())])
+    await store.txn([], [DeleteKey("/k0")])  # 31
+    state_at_20 = await store.range("/", revision=20)
+    await store.compact(20)
+    # writes go on while the 7 chunks of compaction interleave with their batches
+    await asyncio.gather(*(store.txn([], [Put(f"/n{i}", b"x")]) for i in range(10)))
+    await store.close()  # finishes the compaction
+    conn = sqlite3.connect(path)
+    try:
+        rows = [(name, rowid >> 20) for rowid, name in conn.execute("SELECT id, name FROM log ORDER BY id")]
+        compacted = conn.execute("SELECT value FROM meta WHERE name = 'compacted'").fetchone()[0]
+    finally:
+        conn.close()
+    assert compacted == 20
+    # at or below 20 only the latest version of each key is left: /k0 at 19, /k1 at 20, /k2 at 18
+    assert [r for r in rows if r[1] <= 20] == [("/k2", 18), ("/k0", 19), ("/k1", 20)]
+    assert [r[1] for r in rows if r[1] > 20] == list(range(21, 42))  # everything above stays
+    store = await SqliteStore.open(path)
+    try:
+        assert store.compacted_revision == 20
+        assert await store.range("/", revision=20) == state_at_20
+        with pytest.raises(Compacted):
+            await store.range("/", revision=19)
+        events = [e async for e in _take(store.watch("/k", 21), 11)]
+        assert [e.kv.mod_revision for e in events] == list(range(21, 32))
+        assert events[0].prev_kv is not None and events[0].prev_kv.mod_revision == 18  # /k2's prev, at 18: kept
+    finally:
+        await store.close()
+
+
+async def _take(it: AsyncIterator[Event], n: int) -> AsyncIterator[Event]:
+    for _ in range(n):
+        yield await asyncio.wait_for(it.__anext__(), 5)

@@ -6,22 +6,19 @@ awaits its future. Both committers run the same LogWriter; they differ in who pa
 - ThreadCommitter: one writer thread. A batch is one INSERT statement (see logdb.py), so the thread
   takes the GIL back a few times per batch, not once per row: the cost that made the old scheduler
   store move its writes to a child process (a thread per row) is gone.
-- ProcessCommitter: a child process (`python -m nodeagent.cluster.storage.committer PATH`) that
-  reads length-prefixed pickled jobs on stdin and answers each on stdout. It holds the store's lock
-  file (inherited), ignores SIGINT/SIGTERM, and exits when its stdin closes, after the jobs it has
-  read; so a store reopened after its parent was SIGKILLed waits for it (logdb.lock).
+- ProcessCommitter: a child process (writer_process.py) that reads length-prefixed pickled jobs
+  on stdin and answers each on stdout. It holds the store's lock file (inherited), ignores
+  SIGINT/SIGTERM, and exits when its stdin closes, after the jobs it has read; so a store reopened
+  after its parent was SIGKILLed waits for it (logdb.lock).
 
 bench/storage_bench.py measures both (throughput and what each costs the event loop); the SQLite
-store uses the thread by default, see sqlite.py for the figures behind that choice.
+store uses the process by default, see sqlite.py for the figures behind that choice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import pickle
-import signal
-import sqlite3
-import struct
 import sys
 from collections import deque
 from collections.abc import Sequence
@@ -29,9 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from nodeagent.cluster.storage.interface import StoreError
-from nodeagent.cluster.storage.logdb import LogWriter, Row
-
-_LEN = struct.Struct("<I")
+from nodeagent.cluster.storage.logdb import LogWriter, Row, describe_failure
+from nodeagent.cluster.storage.writer_process import FRAME
 
 
 class WriteFailed(StoreError):
@@ -44,8 +40,7 @@ class WriteFailed(StoreError):
 
 
 def _failure(e: BaseException) -> WriteFailed:
-    retryable = isinstance(e, sqlite3.OperationalError | OSError)
-    return WriteFailed(f"{type(e).__name__}: {e}", retryable)
+    return WriteFailed(*describe_failure(e))
 
 
 class Committer(Protocol):
@@ -91,12 +86,12 @@ class _ChildProtocol(asyncio.SubprocessProtocol):
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         buf = self.buffer
         buf += data
-        while len(buf) >= _LEN.size:
-            (n,) = _LEN.unpack_from(buf)
-            if len(buf) < _LEN.size + n:
+        while len(buf) >= FRAME.size:
+            (n,) = FRAME.unpack_from(buf)
+            if len(buf) < FRAME.size + n:
                 break
-            ok, result = pickle.loads(bytes(buf[_LEN.size:_LEN.size + n]))
-            del buf[:_LEN.size + n]
+            ok, result = pickle.loads(bytes(buf[FRAME.size:FRAME.size + n]))
+            del buf[:FRAME.size + n]
             fut = self.waiting.popleft()
             if fut.done():
                 continue
@@ -126,10 +121,14 @@ class ProcessCommitter:
     async def start(cls, path: str, lock_fd: int) -> ProcessCommitter:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.subprocess_exec(
-            _ChildProtocol, sys.executable, "-m", "nodeagent.cluster.storage.committer", path,
+            _ChildProtocol, sys.executable, "-m", "nodeagent.cluster.storage.writer_process", path,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, pass_fds=(lock_fd,))
         self = cls(transport, protocol)
-        await self._send("ready")  # the child opened the log (or says why not)
+        try:
+            await self._send("ready")  # the child opened the log (or says why not)
+        except BaseException:
+            transport.close()  # kills the child if it still runs
+            raise
         return self
 
     def _send(self, op: str, *args: Any) -> asyncio.Future[Any]:
@@ -139,7 +138,7 @@ class ProcessCommitter:
             return fut
         body = pickle.dumps((op, args), protocol=pickle.HIGHEST_PROTOCOL)
         self._protocol.waiting.append(fut)
-        self._stdin.write(_LEN.pack(len(body)) + body)
+        self._stdin.write(FRAME.pack(len(body)) + body)
         return fut
 
     def append(self, rows: Sequence[Row]) -> asyncio.Future[None]:
@@ -152,46 +151,3 @@ class ProcessCommitter:
         self._stdin.close()
         await self._protocol.exited
         self._transport.close()
-
-
-def _read(stream: Any, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = stream.read(n - len(out))
-        if not chunk:
-            return b""
-        out += chunk
-    return out
-
-
-def child_main(path: str) -> int:
-    """The log writer process: jobs in on stdin, one answer per job on stdout."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    writer: LogWriter | None = None
-    while True:
-        head = _read(inp, _LEN.size)
-        if not head:
-            break
-        op, args = pickle.loads(_read(inp, _LEN.unpack(head)[0]))
-        try:
-            if op == "ready":
-                writer = LogWriter(path)
-                reply: tuple[bool, Any] = (True, None)
-            else:
-                assert writer is not None
-                reply = (True, getattr(writer, op)(*args))
-        except Exception as e:  # noqa: BLE001 - every failure of a job is the job's answer
-            f = _failure(e)
-            reply = (False, (str(f), f.retryable))
-        body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(_LEN.pack(len(body)) + body)
-        out.flush()
-    if writer is not None:
-        writer.close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(child_main(sys.argv[1]))

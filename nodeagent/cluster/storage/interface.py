@@ -6,22 +6,41 @@ key here ("/registry/<resource>/<namespace>/<name>", the object's JSON as the va
 
 Semantics every backend keeps (the conformance tests in tests/test_storage_*.py check them):
 - The store has one revision counter. Every transaction that writes gets the next revision; all
-  its writes share it (etcd: one revision per txn). A read-only transaction gets none.
+  its writes share it (etcd: one revision per txn). A read-only transaction gets none, and neither
+  does one whose only writes are DeleteKeys of missing keys (they delete nothing).
 - A KeyValue carries create_revision (the revision that created the key), mod_revision (the last
   write) and version (writes since creation: 1 after the create). The API server's
   `resourceVersion` is the object's mod_revision; a list's is the store revision it was read at.
 - `txn` evaluates every Compare against the state every transaction submitted before it left
   (committed, or waiting in the same group commit), so transactions are serializable in
-  submission order; then it runs `success` or `failure`. It returns only once its writes are
+  submission order; then it runs `success` or `failure`, op by op (a Get sees the earlier Puts and
+  DeleteKeys of its branch). A value Compare on a missing key is false whatever the operator
+  (etcd). A branch may write a key once (etcd: "duplicate key"); a malformed txn raises ValueError
+  naming the field (`success[1].key: ...`). It returns only once its writes are
   durable: a returned TxnResult survives SIGKILL of the process at any later instant. Concurrent
   transactions share one commit (group commit: one fsync for the batch); if a commit fails,
   every transaction of it, and every later one evaluated on top of it, fails with StoreError.
-- Readers (get, range, watch) never see a write that is not yet durable.
+  A caller cancelled while it waits may still have its transaction committed (as with etcd).
+- Readers (get, range, watch) never see a write that is not yet durable; a read-only transaction
+  evaluated on top of writes still committing returns once they are durable.
 - `watch(prefix, start_revision)` yields every event with revision >= start_revision whose key
-  starts with prefix, in revision order, each exactly once, then follows new commits. A
-  start_revision at or below the compacted revision raises Compacted (the API's 410 Gone).
-- `range(..., revision=R)` reads the state as of revision R (R > compacted revision); 0 means now.
+  starts with prefix, in revision order, each exactly once, then follows new commits.
+  start_revision 0 means "from the next revision"; one beyond it waits for it (etcd). A
+  start_revision at or below the compacted revision raises Compacted (the API's 410 Gone), at the
+  call; a watcher that a later compaction passes before it has read its events raises Compacted
+  from __anext__. A watcher has no buffer of its own (it is a position in the store's history),
+  so a slow one blocks no writer and no other watcher; cancelling a pending __anext__ (a timeout)
+  keeps its position; aclose() ends it; closing the store ends it with StoreError.
+- A DELETE event's kv is etcd's tombstone: the key, mod_revision = the deletion's revision, empty
+  value, create_revision = version = 0; its prev_kv is the deleted version.
+- `range(..., revision=R)` reads the state as of revision R (R >= compacted revision: the state at
+  the compacted revision itself is kept, as in etcd); 0 means now; R beyond the current revision
+  raises FutureRevision. `count` counts the keys of the requested range at that revision (prefix,
+  and >= start_key when given), not only those returned, so kube-apiserver's remainingItemCount
+  is count - len(kvs).
 - `compact(R)` forgets the history up to R: superseded and deleted versions with revision <= R.
+  R at or below the compacted revision raises Compacted, R beyond the current one FutureRevision.
+- After `close()` every call raises StoreError.
 """
 
 from __future__ import annotations
@@ -42,8 +61,9 @@ class KeyValue:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One change. For DELETE, kv.mod_revision is the deletion's revision and kv.value is empty;
-    prev_kv is the value before the change (None for a create)."""
+    """One change. For DELETE, kv.mod_revision is the deletion's revision, kv.value is empty and
+    kv.create_revision = kv.version = 0 (etcd's tombstone); prev_kv is the value before the
+    change (None for a create)."""
 
     type: Literal["PUT", "DELETE"]
     kv: KeyValue
@@ -142,10 +162,12 @@ class Store(Protocol):
                   failure: Sequence[Op] = ()) -> TxnResult: ...
 
     def watch(self, prefix: str, start_revision: int) -> AsyncIterator[Event]:
-        """Events from start_revision on (see the module docstring); Compacted if too old.
-        Closing the iterator (aclose) stops the watch."""
+        """Events from start_revision on (0: from the next revision; see the module docstring);
+        Compacted if too old. Closing the iterator (aclose) stops the watch."""
         ...
 
-    async def compact(self, revision: int) -> None: ...
+    async def compact(self, revision: int) -> None:
+        """Forget revisions <= `revision`: Compacted if already done, FutureRevision if not yet written."""
+        ...
 
     async def close(self) -> None: ...

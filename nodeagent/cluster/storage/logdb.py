@@ -13,6 +13,12 @@ autocommit mode (one implicit transaction, one call into SQLite: the GIL is take
 batch, not once per row); a larger batch is BEGIN IMMEDIATE ... COMMIT. Either way a batch is on
 disk whole or not at all.
 
+A known limit: if a commit's fsync fails after its frames reached the WAL file, SQLite reports
+the failure (the batch's txns fail) and the frames stay invisible; the next successful commit
+overwrites them, but should the process die before one, SQLite's recovery at the next open may
+find them whole and valid, and the failed batch appears (whole: never half). A disk that is full
+fails the write of the frames, before any of this.
+
 Compaction deletes, for the revisions in a range, the versions they superseded and their own
 deletion rows (kine deletes superseded and deleted rows up to the compact revision); the latest
 version at or below the compact revision of every live key stays, so the state at the compacted
@@ -74,6 +80,12 @@ def rows_of(batches: Iterable[tuple[Event, ...]]) -> list[Row]:
             else:
                 rows.append((row_id(kv.mod_revision, i), kv.key, 0, 0, 1, prev_rev, b""))
     return rows
+
+
+def describe_failure(e: BaseException) -> tuple[str, bool]:
+    """A failed write's message, and whether the log is still as before it and writable (a full
+    disk, an I/O error: SQLite rolled the transaction back) rather than unusable (corruption)."""
+    return f"{type(e).__name__}: {e}", isinstance(e, sqlite3.OperationalError | OSError)
 
 
 def _connect(path: str) -> sqlite3.Connection:

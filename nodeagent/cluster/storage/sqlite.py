@@ -19,8 +19,21 @@ the writer process gone) makes the store refuse every later write, with the firs
 A read-only transaction returns at once unless transactions are waiting to commit; then it was
 evaluated on top of them and returns when they are durable (readers never see a write that is not).
 
-Thread or process for the writes (committer.py): measured with bench/storage_bench.py on this
-2-core machine, see the report in the commit that chose; the thread is the default.
+Thread or process for the writes (committer.py): the process is the default. Measured with
+bench/storage_bench.py on the 2-core development machine, which other sessions shared (load
+average 2-5 during the runs, so figures scatter by 2x from run to run; --repeat interleaves):
+- 16 writers, nothing else on the loop: a tie. Medians of 3 runs: thread 4824, process 5212
+  txns/s, 16 txns per commit, the same CPU per txn (loop thread 26-33 us, everything 61-76 us).
+- A CPU-bound task on the loop (1 ms slices, as request handlers) beside writers: a writer thread
+  must take the GIL back from the busy loop thread at least twice per commit and waits up to the
+  5 ms switch interval each time: one writer's commit latency goes from 0.5 ms (idle loop) to
+  5.5-8 ms p50 in every run. The process avoids that by construction but needs a free core: on
+  this loaded machine it measured no better (8-10 ms p50); the least loaded paced run gave thread
+  160 txns/s at p99 556 ms against 1493 txns/s at p99 21 ms for the process. The scheduler's store
+  measured the same effect on a whole service (writer.py in cluster/store).
+- The process costs ~16 MiB of RSS (its own interpreter) and a pipe hop per commit.
+So: the process, because an API server's loop is busy at the targets and the deployed server
+does not share its cores with test suites; `writer="thread"` is one argument away.
 
 Compaction: `compact(R)` forgets revisions <= R in memory at once (reads and watches below raise
 Compacted) and deletes the log rows behind, in chunks of COMPACT_CHUNK revisions, one chunk after
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
@@ -116,18 +130,24 @@ class SqliteStore:
 
     @classmethod
     async def open(cls, path: str, *, history_size: int = HISTORY_SIZE,
-                   writer: Literal["thread", "process"] = "thread", lock_timeout: float = 30.0) -> SqliteStore:
+                   writer: Literal["thread", "process"] = "process", lock_timeout: float = 30.0) -> SqliteStore:
         """Open (or create) the store at `path`: take its lock, rebuild memory from the log."""
+        if writer not in ("thread", "process"):
+            raise ValueError(f"writer: must be thread or process, got {writer!r}")
         if history_size < 1:
             raise ValueError(f"history_size: must be >= 1, got {history_size}")
         lock_fd = await asyncio.to_thread(logdb.lock, path, lock_timeout)
+        committer: Committer | None = None
         try:
             snapshot = await asyncio.to_thread(logdb.load, path)
-            committer: Committer = await (ThreadCommitter if writer == "thread" else ProcessCommitter).start(
-                path, lock_fd)
+            committer = await (ThreadCommitter if writer == "thread" else ProcessCommitter).start(path, lock_fd)
             older = _Older(await asyncio.to_thread(logdb.LogReader, path))
-        except BaseException:
+        except BaseException as e:
+            if committer is not None:
+                await committer.close()
             os.close(lock_fd)
+            if isinstance(e, sqlite3.Error | OSError):
+                raise StoreError(f"{path}: cannot open the store: {e}") from e
             raise
         log.info("store_opened", path=path, revision=snapshot.revision, compacted=snapshot.compacted,
                  keys=len(snapshot.kvs), writer=writer)
@@ -268,7 +288,7 @@ class SqliteStore:
 
     async def compact(self, revision: int) -> None:
         """Forget revisions <= `revision` (Compacted if already, FutureRevision if not yet written)."""
-        self._mvcc.check_open()
+        self._check_writable()
         self._mvcc.compact(revision)
         self._compact_target = revision
         self._schedule()
