@@ -396,3 +396,15 @@ def test_apply_sequences_keep_ownership_consistent(steps: list[tuple[str, dict[s
         for key in fields.get("f:data", {}):
             assert key.removeprefix("f:") in values
     assert set(values) <= {k for cfg in last.values() for k in cfg}
+
+
+def test_managed_fields_of_one_empty_entry_clear_them_and_a_subresource_keeps_the_live_ones() -> None:
+    obj = do(None, "A", cm(a="1"), 1)
+    new = copy.deepcopy(obj)
+    new["metadata"]["managedFields"] = [{}]
+    assert "managedFields" not in update(obj, new, CM, manager="M", api_version="v1", now=T[2])["metadata"]
+    sent = copy.deepcopy(obj)
+    sent["metadata"]["managedFields"] = [{"manager": "X", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+                                          "fieldsV1": {"f:data": {"f:a": {}}}}]
+    out = update(obj, sent, CM, manager="M", api_version="v1", now=T[2], subresource="status")
+    assert set(owners(out)) == {"A/Apply"}

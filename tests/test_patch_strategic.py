@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.cluster.patch.errors import PatchError
 from nodeagent.cluster.patch.strategic import strategic_merge_patch
@@ -293,3 +295,28 @@ def test_cordon_patch_on_a_node() -> None:
     node = {"metadata": {"name": "n"}, "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}]}}
     got = strategic_merge_patch(node, {"spec": {"unschedulable": True}}, node_schema)
     assert got["spec"] == {"taints": [{"key": "a", "effect": "NoSchedule"}], "unschedulable": True}
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(["a", "b", "merge", "delete", "replace"]),
+    lambda c: st.lists(c, max_size=3)
+    | st.dictionaries(st.sampled_from(["name", "value", "mergingList", "mergingIntList", "simpleMap", "retainKeysMap",
+                                       "$patch", "$retainKeys", "$setElementOrder/mergingList",
+                                       "$deleteFromPrimitiveList/mergingIntList", "nonMergingList", "x"]), c, max_size=4),
+    max_leaves=16,
+)
+
+
+top_keys = st.sampled_from(["name", "mergingList", "mergingIntList", "simpleMap", "retainKeysMap", "retainKeysMergingList",
+                            "$patch", "$retainKeys", "$setElementOrder/mergingList", "$deleteFromPrimitiveList/mergingIntList"])
+objects = st.dictionaries(top_keys, json_values, max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(original=objects, patch=objects | json_values)
+def test_strategic_merge_patch_raises_only_patch_errors(original: Any, patch: Any) -> None:
+    for schema in (ITEM_SCHEMA, POD_SCHEMA, None):
+        try:
+            strategic_merge_patch(original, patch, schema)
+        except PatchError as e:
+            assert e.code in (400, 422) and e.message

@@ -17,6 +17,7 @@ from nodeagent.cluster.schema.validation import (
     FieldTypeError,
     FieldValidation,
     FieldValueError,
+    body_problems,
     parse_field_validation,
     validate_fields,
 )
@@ -372,3 +373,12 @@ def test_decoders_raise_only_decode_errors(raw: bytes) -> None:
         except DecodeError:
             continue
         json.dumps(out.value, allow_nan=False)  # what is decoded is plain JSON
+
+
+def test_a_patch_reports_its_body_duplicates_first_then_the_patched_objects_unknown_fields() -> None:
+    body = decode_json(b'{"spec":{"paused":true,"paused":false,"zz":1,"aa":2}}')
+    patched = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"paused": False, "zz": 1, "aa": 2}}
+    out = validate_fields(kind(DEPLOYMENT), patched).after(body_problems(body))
+    assert list(out.problems) == ['duplicate field "spec.paused"', 'unknown field "spec.aa"', 'unknown field "spec.zz"']
+    yaml_body = decode_yaml("spec:\n  paused: true\n  paused: false\n")
+    assert body_problems(yaml_body) == ['line 3: key "paused" already set in map']

@@ -16,14 +16,18 @@ resourceVersion, generation, creationTimestamp, managedFields ...), skip `ignore
 (what the kind's strategy resets, e.g. `status` for the main resource), stamp `now` on the entry
 of a write that changed something, and cap Update entries at ten. Pure: `now` is the caller's
 RFC 3339 time (from the injectable clock).
-Not done: apiVersion conversion between managers' versions (each kind is served at one version),
-and the `kubectl.kubernetes.io/last-applied-configuration` annotation (kubectl's client-side apply
-keeps it itself).
+Differences: where removing fields empties a map or struct, it disappears (upstream's walk leaves a
+JSON null there, which the typed conversion of a built-in kind then drops: the same stored object);
+a create records the parents it adds as owned (see docs/architecture.md). Not done: apiVersion
+conversion between managers' versions (each kind is served at one version), and the
+`kubectl.kubernetes.io/last-applied-configuration` annotation (kubectl's client-side apply keeps it).
+Checked locally (not in CI: it reads upstream's Go test sources) against structured-merge-diff's
+merge tests: of the 62 single-version cases, 59 give upstream's object and conflicts, the other 3
+differ only by those nulls.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -112,13 +116,23 @@ def _prefixes(ignored: Sequence[str]) -> list[Path]:
 
 
 def _without_managed_fields(obj: Any) -> Any:
+    """A shallow copy without metadata.managedFields (nothing below is changed here)."""
     if not isinstance(obj, dict):
         return obj
-    out = copy.deepcopy(obj)
+    out = dict(obj)
     meta = out.get("metadata")
-    if isinstance(meta, dict):
-        meta.pop("managedFields", None)
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
     return out
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value (faster than copy.deepcopy for plain dicts and lists)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 def _without_nulls(value: Any) -> Any:
@@ -223,13 +237,13 @@ def apply(
     last = managers.get(key)
     applied = strip(field_set(cfg, schema), prefixes)
     managers[key] = ManagedEntry(applied, api_version, last.time if last is not None else None)
-    if last is not None and not last.fields.empty:
-        merged = _prune(merged, managers, last.fields, schema)
+    if last is not None and not last.fields.difference(applied).empty:
+        merged = _prune(merged, managers, last.fields, schema)  # it stopped setting something
     _transfer(live_obj, merged, schema, managers, key, prefixes, force)
     changed = live_obj is ABSENT or merged != live_obj
     entry = managers[key]
     _own(managers, key, entry.fields, api_version, now if changed else entry.time)
-    result = copy.deepcopy(merged) if changed else copy.deepcopy(live_obj)
+    result = _copy(merged if changed else live_obj)  # the live object's parts are not shared
     return _with_managed_fields(result, managers)
 
 
@@ -261,20 +275,24 @@ def update(
     ignored: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`new` (what a create, update or non-apply patch will store) with the managedFields that
-    record `manager`'s write. Managed fields the client sent in `new` replace the live ones when
-    they can be read and are not empty, as upstream."""
+    record `manager`'s write. As upstream: managed fields the client sent in `new` replace the
+    live ones when they can be read and are not empty (not on a subresource); `[{}]` clears them."""
     prefixes = _prefixes(ignored)
-    try:
-        managers = _managers(new)
-    except FieldError:
-        managers = {}
-    if not managers:
+    sent = (new.get("metadata") or {}).get("managedFields") if isinstance(new.get("metadata"), dict) else None
+    clear = sent == [{}]
+    managers: Managers = {}
+    if not clear and not subresource:
+        try:
+            managers = _managers(new)
+        except FieldError:
+            managers = {}
+    if not managers and not clear:
         try:
             managers = _managers(live) if live is not None else {}
         except FieldError:
             managers = {}  # unreadable managedFields are reset, as upstream does on update
     live_obj: Any = _without_managed_fields(live) if live is not None else ABSENT
-    new_obj = _without_managed_fields(new)
+    new_obj = _copy(_without_managed_fields(new))
     key = ManagerKey.of(manager, UPDATE, api_version, subresource)
     changed, _ = _transfer(live_obj, new_obj, schema, managers, None, prefixes, force=True)
     owned = changed.difference(NEVER_OWNED)

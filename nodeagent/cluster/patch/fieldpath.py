@@ -15,6 +15,7 @@ RecursiveDifference also drops every subtree under a removed member.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -52,7 +53,17 @@ class PathElement:
 
     @classmethod
     def key(cls, fields: Mapping[str, Any]) -> PathElement:
-        return cls(KEY, canonical_json(dict(sorted(fields.items()))))
+        parts = []
+        for name in sorted(fields):
+            v = fields[name]
+            if isinstance(v, str):
+                text = json.dumps(v, ensure_ascii=False)
+            elif isinstance(v, int) and not isinstance(v, bool):
+                text = str(v)
+            else:
+                text = canonical_json(v)
+            parts.append(f"{json.dumps(name, ensure_ascii=False)}:{text}")
+        return cls(KEY, "{" + ",".join(parts) + "}")
 
     @classmethod
     def value(cls, value: Any) -> PathElement:
@@ -118,11 +129,12 @@ def path_string(path: Path) -> str:
 class FieldSet:
     """An immutable set of paths (a trie)."""
 
-    __slots__ = ("children", "members")
+    __slots__ = ("_v1", "children", "members")
 
     def __init__(
         self, members: frozenset[PathElement] = frozenset(), children: Mapping[PathElement, FieldSet] | None = None
     ):
+        self._v1: str | None = None
         self.members = members
         self.children: Mapping[PathElement, FieldSet] = {k: v for k, v in (children or {}).items() if not v.empty}
 
@@ -210,7 +222,11 @@ class FieldSet:
     # ---- fieldsV1 ----
 
     def to_fields_v1(self) -> dict[str, Any]:
-        return self._emit(include_self=False)
+        """The fieldsV1 trie (a fresh dict; the encoding is computed once per set)."""
+        if self._v1 is None:
+            self._v1 = json.dumps(self._emit(include_self=False), separators=(",", ":"), ensure_ascii=False)
+        result: dict[str, Any] = json.loads(self._v1)
+        return result
 
     def _emit(self, include_self: bool) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -223,10 +239,15 @@ class FieldSet:
 
     @classmethod
     def from_fields_v1(cls, raw: Any) -> FieldSet:
-        """Parse a fieldsV1 trie; ValueError names what is malformed."""
+        """Parse a fieldsV1 trie; ValueError names what is malformed. Parsed sets are cached by
+        their text: every write of an object reads the same managedFields again."""
         if not isinstance(raw, dict):
             raise ValueError("fieldsV1 must be a JSON object")
-        return cls._parse(raw, 0)
+        try:
+            text = json.dumps(raw, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            raise ValueError("fieldsV1 must be JSON") from None
+        return _parse_cached(text)
 
     @classmethod
     def _parse(cls, raw: Mapping[str, Any], depth: int) -> FieldSet:
@@ -249,6 +270,11 @@ class FieldSet:
 
 
 EMPTY = FieldSet()
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> FieldSet:
+    return FieldSet._parse(json.loads(text), 0)
 
 
 class _Builder:

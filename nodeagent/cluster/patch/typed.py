@@ -18,12 +18,12 @@ A list-map item that omits a key field takes the key's default when the API defi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 from nodeagent.cluster.patch.errors import UNPROCESSABLE, PatchError
-from nodeagent.cluster.patch.fieldpath import EMPTY, FieldSet, Path, PathElement, builder, canonical_json, path_string
+from nodeagent.cluster.patch.fieldpath import EMPTY, FieldSet, Path, PathElement, canonical_json, path_string
 from nodeagent.cluster.schema.model import ListType, MapType, Schema, Shape
 
 MAX_DEPTH = 200
@@ -66,34 +66,44 @@ class TypedError(PatchError):
 def resolve(schema: Schema | None, value: Any) -> Node:
     """How `value` at a node of `schema` is walked."""
     if schema is None:
-        if isinstance(value, dict):
-            return Node(Kind.MAP, None)
-        return Node(Kind.LEAF, None)
+        return _DEDUCED_MAP if isinstance(value, dict) else _DEDUCED_LEAF
+    cache = schema.cache
+    if cache is None:
+        cache = schema.cache = {}
+    nodes = cache.get("apply")
+    if nodes is None:
+        nodes = cache["apply"] = _semantics(schema)
+    if isinstance(value, dict):
+        return nodes[0]
+    if isinstance(value, list):
+        return nodes[1]
+    return nodes[2]
+
+
+_DEDUCED_MAP = Node(Kind.MAP, None)
+_DEDUCED_LEAF = Node(Kind.LEAF, None)
+
+
+def _semantics(schema: Schema) -> tuple[Node, Node, Node]:
+    """(node for a dict value, for a list value, for anything else) of a schema."""
+    leaf = Node(Kind.LEAF, schema)
     shape = schema.shape
-    if shape == Shape.STRUCT:
-        if not isinstance(value, dict) or schema.map_type == MapType.ATOMIC:
-            return Node(Kind.LEAF, schema)
-        return Node(Kind.STRUCT, schema)
-    if shape == Shape.MAP:
-        if not isinstance(value, dict) or schema.map_type == MapType.ATOMIC:
-            return Node(Kind.LEAF, schema)
-        return Node(Kind.MAP, schema)
-    if shape == Shape.LIST:
-        if not isinstance(value, list):
-            return Node(Kind.LEAF, schema)
-        raw_type = schema.extension("x-kubernetes-list-type")
-        if raw_type:
+    as_dict = as_list = leaf
+    if shape == Shape.STRUCT and schema.map_type != MapType.ATOMIC:
+        as_dict = Node(Kind.STRUCT, schema)
+    elif shape == Shape.MAP and schema.map_type != MapType.ATOMIC:
+        as_dict = Node(Kind.MAP, schema)
+    elif shape == Shape.LIST:
+        if schema.extension("x-kubernetes-list-type"):
             list_type = schema.list_type
             if list_type == ListType.SET:
-                return Node(Kind.LIST_SET, schema)
-            if list_type == ListType.MAP:
-                return Node(Kind.LIST_MAP, schema, schema.list_map_keys)
-            return Node(Kind.LEAF, schema)
-        if "merge" in schema.patch_strategies:
+                as_list = Node(Kind.LIST_SET, schema)
+            elif list_type == ListType.MAP:
+                as_list = Node(Kind.LIST_MAP, schema, schema.list_map_keys)
+        elif "merge" in schema.patch_strategies:
             key = schema.patch_merge_key
-            return Node(Kind.LIST_MAP, schema, (key,)) if key else Node(Kind.LIST_SET, schema)
-        return Node(Kind.LEAF, schema)
-    return Node(Kind.LEAF, schema)
+            as_list = Node(Kind.LIST_MAP, schema, (key,)) if key else Node(Kind.LIST_SET, schema)
+    return as_dict, as_list, leaf
 
 
 def child_schema(node: Node, key: str) -> Schema | None:
@@ -142,43 +152,60 @@ def _depth(path: Path) -> None:
 
 
 # ---- the fields a value sets ----
+#
+# field_set and compare build their tries bottom-up (each subtree's set, then its parent's),
+# which costs one visit per value instead of one root-to-leaf insert per path.
 
 
 def field_set(value: Any, schema: Schema | None) -> FieldSet:
     """Every field `value` sets (structured-merge-diff's ToFieldSet)."""
-    out = builder()
-    _to_set(value, schema, (), out)
-    return out.build()
-
-
-def _to_set(value: Any, schema: Schema | None, path: Path, out: Any) -> None:
-    _depth(path)
     node = resolve(schema, value)
     if node.kind == Kind.LEAF:
-        out.insert(path)
-        return
+        return EMPTY  # the object itself is never a member
+    return _set_below(value, node, 0)
+
+
+def _set_below(value: Any, node: Node, depth: int) -> FieldSet:
+    """The fields set below a non-leaf value (its own path excluded)."""
+    if depth > MAX_DEPTH:
+        raise TypedError((), f"nested deeper than {MAX_DEPTH} levels")
+    members: set[PathElement] = set()
+    children: dict[PathElement, FieldSet] = {}
     if node.kind in (Kind.STRUCT, Kind.MAP):
+        struct = node.kind == Kind.STRUCT
         for key, v in value.items():
-            sub = (*path, PathElement.field(key))
-            _to_set(v, child_schema(node, key), sub, out)
-            if v is None or (isinstance(v, dict) and not v) or not _is_named(node, key):
-                out.insert(sub)
-        return
-    seen: set[PathElement] = set()
-    dups: set[PathElement] = set()
-    elements = [item_element(node, item, (*path, PathElement.index(i))) for i, item in enumerate(value)]
+            pe = PathElement.field(key)
+            child_node = resolve(child_schema(node, key), v)
+            if child_node.kind == Kind.LEAF:
+                members.add(pe)
+                continue
+            below = _set_below(v, child_node, depth + 1)
+            if not below.empty:
+                children[pe] = below
+            if (isinstance(v, dict) and not v) or not (
+                struct and node.schema is not None and node.schema.field(key) is not None
+            ):
+                members.add(pe)
+        return FieldSet(frozenset(members), children)
+    elements = _elements(node, value, ())
+    counts: dict[PathElement, int] = {}
     for pe in elements:
-        if pe in seen:
-            dups.add(pe)
-        seen.add(pe)
-    for pe in dups:
-        out.insert((*path, pe))
+        counts[pe] = counts.get(pe, 0) + 1
+    items = item_schema(node)
     for pe, item in zip(elements, value, strict=True):
-        if pe in dups:
+        members.add(pe)
+        if counts[pe] > 1:
             continue
-        sub = (*path, pe)
-        _to_set(item, item_schema(node), sub, out)
-        out.insert(sub)
+        child_node = resolve(items, item)
+        if child_node.kind != Kind.LEAF:
+            below = _set_below(item, child_node, depth + 1)
+            if not below.empty:
+                children[pe] = below
+    return FieldSet(frozenset(members), children)
+
+
+def _elements(node: Node, items: list[Any], path: Path) -> list[PathElement]:
+    return [item_element(node, item, (*path, PathElement.index(i))) for i, item in enumerate(items)]
 
 
 def check(value: Any, schema: Schema | None) -> None:
@@ -202,103 +229,154 @@ def _check(value: Any, schema: Schema | None, path: Path) -> None:
 
 # ---- comparing two values ----
 
-
-@dataclass(slots=True)
-class Comparison:
-    added: Any = field(default_factory=builder)
-    modified: Any = field(default_factory=builder)
-    removed: Any = field(default_factory=builder)
-
-    def sets(self) -> tuple[FieldSet, FieldSet, FieldSet]:
-        return self.added.build(), self.modified.build(), self.removed.build()
+_SELF_ADDED, _SELF_MODIFIED, _SELF_REMOVED = 1, 2, 4
+_Diff = tuple[int, FieldSet, FieldSet, FieldSet]  # (flags for the node itself, added, modified, removed below)
+_NO_DIFF: _Diff = (0, EMPTY, EMPTY, EMPTY)
 
 
 def compare(lhs: Any, rhs: Any, schema: Schema | None) -> tuple[FieldSet, FieldSet, FieldSet]:
-    """(added, modified, removed) going from `lhs` to `rhs` (structured-merge-diff's Compare)."""
-    c = Comparison()
-    _compare(lhs, rhs, schema, (), c)
-    return c.sets()
+    """(added, modified, removed) going from `lhs` to `rhs` (structured-merge-diff's Compare;
+    either may be ABSENT)."""
+    _, added, modified, removed = _compare(lhs, rhs, schema, 0)
+    return added, modified, removed
 
 
 def _json_equal(a: Any, b: Any) -> bool:
+    if type(a) is type(b) and isinstance(a, str | bool):
+        return bool(a == b)
     return canonical_json(a) == canonical_json(b)
 
 
-def _leaf(lhs: Any, rhs: Any, path: Path, c: Comparison) -> None:
+def _leaf(lhs: Any, rhs: Any) -> _Diff:
     if lhs is ABSENT:
-        c.added.insert(path)
-    elif rhs is ABSENT:
-        c.removed.insert(path)
-    elif not _json_equal(lhs, rhs):
-        c.modified.insert(path)
+        return (_SELF_ADDED, EMPTY, EMPTY, EMPTY)
+    if rhs is ABSENT:
+        return (_SELF_REMOVED, EMPTY, EMPTY, EMPTY)
+    if not _json_equal(lhs, rhs):
+        return (_SELF_MODIFIED, EMPTY, EMPTY, EMPTY)
+    return _NO_DIFF
 
 
-def _compare(lhs: Any, rhs: Any, schema: Schema | None, path: Path, c: Comparison) -> None:
-    _depth(path)
-    lnode = resolve(schema, lhs) if lhs is not ABSENT else None
-    rnode = resolve(schema, rhs) if rhs is not ABSENT else None
-    node = rnode or lnode
-    assert node is not None
-    if lnode is not None and rnode is not None and lnode.kind != rnode.kind:
-        _leaf(lhs, rhs, path, c)  # a value of another kind replaced this one
-        return
-    if node.kind == Kind.LEAF or (_empty(lhs) and _empty(rhs)):
-        _leaf(lhs, rhs, path, c)
-        return
+def _one_sided(value: Any, node: Node, depth: int) -> FieldSet:
+    """Everything below a value the other side lacks: every path is a member."""
+    if depth > MAX_DEPTH:
+        raise TypedError((), f"nested deeper than {MAX_DEPTH} levels")
+    if node.kind == Kind.LEAF or not value:
+        return EMPTY
+    members: set[PathElement] = set()
+    children: dict[PathElement, FieldSet] = {}
     if node.kind in (Kind.STRUCT, Kind.MAP):
-        left = lhs if isinstance(lhs, dict) else {}
-        right = rhs if isinstance(rhs, dict) else {}
-        for key in [*left, *(k for k in right if k not in left)]:
-            _compare(
-                left.get(key, ABSENT),
-                right.get(key, ABSENT),
-                child_schema(node, key),
-                (*path, PathElement.field(key)),
-                c,
-            )
-    else:
-        _compare_lists(node, lhs if isinstance(lhs, list) else [], rhs if isinstance(rhs, list) else [], path, c)
+        for key, v in value.items():
+            pe = PathElement.field(key)
+            members.add(pe)
+            below = _one_sided(v, resolve(child_schema(node, key), v), depth + 1)
+            if not below.empty:
+                children[pe] = below
+        return FieldSet(frozenset(members), children)
+    elements = _elements(node, value, ())
+    counts: dict[PathElement, int] = {}
+    for pe in elements:
+        counts[pe] = counts.get(pe, 0) + 1
+    items = item_schema(node)
+    for pe, item in zip(elements, value, strict=True):
+        members.add(pe)
+        if counts[pe] == 1:
+            below = _one_sided(item, resolve(items, item), depth + 1)
+            if not below.empty:
+                children[pe] = below
+    return FieldSet(frozenset(members), children)
+
+
+def _compare(lhs: Any, rhs: Any, schema: Schema | None, depth: int) -> _Diff:
+    if depth > MAX_DEPTH:
+        raise TypedError((), f"nested deeper than {MAX_DEPTH} levels")
     if lhs is ABSENT:
-        c.added.insert(path)
-    elif rhs is ABSENT:
-        c.removed.insert(path)
+        node = resolve(schema, rhs)
+        if node.kind == Kind.LEAF or _empty(rhs):
+            return _leaf(lhs, rhs)
+        return (_SELF_ADDED, _one_sided(rhs, node, depth), EMPTY, EMPTY)
+    if rhs is ABSENT:
+        node = resolve(schema, lhs)
+        if node.kind == Kind.LEAF or _empty(lhs):
+            return _leaf(lhs, rhs)
+        return (_SELF_REMOVED, EMPTY, EMPTY, _one_sided(lhs, node, depth))
+    lnode, rnode = resolve(schema, lhs), resolve(schema, rhs)
+    if lnode.kind != rnode.kind or rnode.kind == Kind.LEAF or (_empty(lhs) and _empty(rhs)):
+        return _leaf(lhs, rhs)
+    sides: tuple[_Tries, _Tries, _Tries] = (_Tries(), _Tries(), _Tries())
+    if rnode.kind in (Kind.STRUCT, Kind.MAP):
+        for key, lv in lhs.items():
+            _collect(
+                sides, PathElement.field(key), _compare(lv, rhs.get(key, ABSENT), child_schema(rnode, key), depth + 1)
+            )
+        for key, rv in rhs.items():
+            if key not in lhs:
+                _collect(sides, PathElement.field(key), _compare(ABSENT, rv, child_schema(rnode, key), depth + 1))
+    else:
+        _compare_lists(rnode, lhs, rhs, sides, depth)
+    return (0, sides[0].build(), sides[1].build(), sides[2].build())
+
+
+class _Tries:
+    __slots__ = ("children", "members")
+
+    def __init__(self) -> None:
+        self.members: set[PathElement] = set()
+        self.children: dict[PathElement, FieldSet] = {}
+
+    def build(self) -> FieldSet:
+        if not self.members and not self.children:
+            return EMPTY
+        return FieldSet(frozenset(self.members), self.children)
+
+
+def _collect(sides: tuple[_Tries, _Tries, _Tries], pe: PathElement, diff: _Diff) -> None:
+    flags, added, modified, removed = diff
+    for bit, side, below in (
+        (_SELF_ADDED, sides[0], added),
+        (_SELF_MODIFIED, sides[1], modified),
+        (_SELF_REMOVED, sides[2], removed),
+    ):
+        if flags & bit:
+            side.members.add(pe)
+        if not below.empty:
+            side.children[pe] = below
 
 
 def _empty(value: Any) -> bool:
     return value is ABSENT or ((isinstance(value, dict | list)) and not value)
 
 
-def _compare_lists(node: Node, lhs: list[Any], rhs: list[Any], path: Path, c: Comparison) -> None:
+def _compare_lists(
+    node: Node, lhs: list[Any], rhs: list[Any], sides: tuple[_Tries, _Tries, _Tries], depth: int
+) -> None:
     order: list[PathElement] = []
     left: dict[PathElement, list[Any]] = {}
     right: dict[PathElement, list[Any]] = {}
-    for i, item in enumerate(lhs):
-        pe = item_element(node, item, (*path, PathElement.index(i)))
+    for pe, item in zip(_elements(node, lhs, ()), lhs, strict=True):
         if pe not in left:
             order.append(pe)
         left.setdefault(pe, []).append(item)
-    for i, item in enumerate(rhs):
-        pe = item_element(node, item, (*path, PathElement.index(i)))
+    for pe, item in zip(_elements(node, rhs, ()), rhs, strict=True):
         if pe not in right and pe not in left:
             order.append(pe)
         right.setdefault(pe, []).append(item)
     items = item_schema(node)
     for pe in order:
         ls, rs = left.get(pe, []), right.get(pe, [])
-        sub = (*path, pe)
         if len(ls) <= 1 and len(rs) <= 1:
-            _compare(ls[0] if ls else ABSENT, rs[0] if rs else ABSENT, items, sub, c)
+            _collect(sides, pe, _compare(ls[0] if ls else ABSENT, rs[0] if rs else ABSENT, items, depth + 1))
         elif len(ls) >= 2 and len(rs) >= 2:
             if len(ls) != len(rs) or not all(_json_equal(a, b) for a, b in zip(ls, rs, strict=True)):
-                c.modified.insert(sub)
+                sides[1].members.add(pe)
         elif len(ls) >= 2:
             if rs:
-                _compare(ABSENT, rs[0], items, sub, c)
-            c.removed.insert(sub)
+                _collect(sides, pe, _compare(ABSENT, rs[0], items, depth + 1))
+            sides[2].members.add(pe)
         else:
             if ls:
-                _compare(ls[0], ABSENT, items, sub, c)
-            c.added.insert(sub)
+                _collect(sides, pe, _compare(ls[0], ABSENT, items, depth + 1))
+            sides[0].members.add(pe)
 
 
 # ---- merging an applied configuration ----

@@ -16,6 +16,7 @@ from nodeagent.cluster.schema.loader import compact, load_raw
 from nodeagent.cluster.schema.model import Gvk, MergeSemantics, Schema, Shape, merge_semantics
 
 PathPart = str | int
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _PATH_TOKEN = re.compile(r"\.?([^.\[\]]+)|\[(\d+|\*)\]")
 
 
@@ -52,6 +53,11 @@ class Definitions:
 
     def by_gvk(self, gvk: Gvk) -> Schema | None:
         return self._by_gvk.get(gvk)
+
+    @property
+    def object_meta(self) -> Schema | None:
+        """ObjectMeta, which embedded resources' metadata is checked against."""
+        return self._nodes.get(OBJECT_META)
 
     def gvks(self) -> Iterator[Gvk]:
         return iter(self._by_gvk)

@@ -69,6 +69,7 @@ class Schema:
         "_properties",
         "_required",
         "_shape",
+        "cache",
         "description",
         "name",
         "nullable",
@@ -103,6 +104,7 @@ class Schema:
         self._enum = enum
         self._ext = dict(extensions) if extensions else None
         self.ref = ref  # the definition a `$ref` named (linked after loading)
+        self.cache: dict[str, Any] | None = None  # what users derive from this node once (apply's semantics)
 
     def __repr__(self) -> str:
         target = self.target

@@ -1,6 +1,8 @@
 """Server-side field validation, as kube-apiserver's strict decoding does it, plus type checks.
 
-`validate_fields(schema, body)` walks a decoded body along its schema and returns an Outcome:
+`validate_fields(schema, body)` walks a decoded body along its schema and returns an Outcome
+(for a patch: `validate_fields(schema, patched).after(body_problems(patch_body))`, which puts the
+patch body's duplicates first and the patched object's unknown fields after, as upstream does):
 - `problems`: what strict decoding objects to, in upstream's order and wording
   (`unknown field "spec.foo"`, `duplicate field "metadata.name"`; for YAML bodies go-yaml's
   `line N: key "k" already set in map` first). With `fieldValidation=Strict` they make the
@@ -17,7 +19,9 @@ under `x-kubernetes-preserve-unknown-fields` and free-form values (RawExtension)
 are; an `x-kubernetes-embedded-resource` object knows apiVersion, kind and metadata (checked as
 ObjectMeta). Bodies decoded from YAML, and values re-encoded after a patch, are walked in sorted
 key order, as upstream re-marshals them from Go maps before decoding strictly. Not checked here
-(the kinds' own validation does it, after defaulting): `required` and `enum`.
+(the kinds' own validation does it, after defaulting): `required` and `enum`. kube-apiserver
+prefixes the strict error with `<Kind> in version "<v>" cannot be handled as a <Kind>: `; that,
+the 400 and the `Warning: 299 - "<text>"` headers are the API's.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import base64
 import binascii
 import datetime
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -92,6 +97,11 @@ class Outcome:
             return []
         return [*self.yaml_duplicates, *self.problems]
 
+    def after(self, body_problems: Sequence[str]) -> Outcome:
+        """This outcome (of a patched object) with the problems of the patch body itself first, as
+        upstream reports them for patches."""
+        return Outcome(self.value, (*body_problems, *self.problems), self.errors, self.yaml_duplicates)
+
     def strict_error(self, mode: FieldValidation) -> str | None:
         """The 400 message under Strict when strict decoding objects to something, else None."""
         if mode != FieldValidation.STRICT or not (self.problems or self.yaml_duplicates):
@@ -101,6 +111,14 @@ class Outcome:
             parts.append("yaml: unmarshal errors:\n" + "\n".join(f"  {d}" for d in self.yaml_duplicates))
         parts.extend(self.problems)
         return "strict decoding error: " + ", ".join(parts)
+
+
+def body_problems(body: Decoded) -> list[str]:
+    """The strict-decoding problems of a merge or strategic patch body on its own (its duplicate
+    fields); for JSON patch bodies use cluster.patch.jsonpatch.operation_problems."""
+    if body.fmt == "yaml":
+        return list(body.yaml_duplicates)
+    return [f'duplicate field "{path}"' for path in body.duplicate_fields()]
 
 
 def validate_fields(
@@ -179,6 +197,31 @@ def _zero(schema: Schema) -> Any:
     return None
 
 
+def _info(schema: Schema) -> tuple[Shape, str | None]:
+    """(shape, format) of a node, computed once per node."""
+    cache = schema.cache
+    if cache is None:
+        cache = schema.cache = {}
+    info: tuple[Shape, str | None] | None = cache.get("validation")
+    if info is None:
+        info = cache["validation"] = (schema.shape, schema.format)
+    return info
+
+
+def _plain_scalar(schema: Schema, value: Any) -> bool:
+    """A value that needs no check: a string without format, a boolean, an int64 integer."""
+    shape, fmt = _info(schema)
+    kind = type(value)
+    if shape is Shape.STRING:
+        return kind is str and fmt is None
+    if shape is Shape.BOOLEAN:
+        return kind is bool
+    if shape is Shape.INTEGER and kind is int:
+        low, high = INT32 if fmt == "int32" else INT64
+        return bool(low <= value <= high)
+    return False
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -202,7 +245,7 @@ class _Walker:
         if depth > MAX_DEPTH:
             self.errors.append(FieldValueError(fpath, f"nested deeper than {MAX_DEPTH} levels"))
             return value
-        shape = schema.shape
+        shape = _info(schema)[0]
         if shape == Shape.STRUCT:
             return self._struct(schema, value, upath, fpath, depth)
         if shape == Shape.MAP:
@@ -235,21 +278,23 @@ class _Walker:
             repeat = key in seen
             seen.add(key)
             child = self._field(schema, key)
-            sub = _join(upath, key)
             if child is None:
                 if preserve:
                     out[key] = value[key]
                 elif not repeat:
-                    self.problems.append(f'unknown field "{sub}"')
+                    self.problems.append(f'unknown field "{_join(upath, key)}"')
                 continue
             if repeat:
-                self.problems.append(f'duplicate field "{sub}"')
+                self.problems.append(f'duplicate field "{_join(upath, key)}"')
             if last is not None and last[key] != i:
                 continue
             item = value[key]
             if item is None:
                 continue  # Go leaves the zero value, which is not written back
-            out[key] = self.walk(child, item, sub, _join(fpath, key), depth + 1)
+            if _plain_scalar(child, item):
+                out[key] = item
+                continue
+            out[key] = self.walk(child, item, _join(upath, key), _join(fpath, key), depth + 1)
         return out
 
     def _map(self, schema: Schema, value: Any, upath: str, fpath: str, depth: int) -> Any:
