@@ -10,6 +10,9 @@
     watchBookmarkInterval: 1m
     compactionInterval: 5m      # history older than one interval is compacted (watchers then get 410)
     logging: {level: info, format: auto}
+    security:                   # set: HTTPS with a CA and serving certificate made on first start
+      tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
+      authorizationMode: [Node, RBAC]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from nodeagent.cluster.auth.config import SecurityConfig
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     ConfigError,
@@ -53,18 +57,29 @@ class ServerConfig(BaseModel):
     watch_bookmark_interval: PositiveDuration = 60.0
     compaction_interval: PositiveDuration = 300.0  # kube-apiserver's --etcd-compaction-interval
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    security: SecurityConfig | None = None  # unset: plain HTTP on loopback, no authentication
 
     @model_validator(mode="after")
     def _loopback(self) -> ServerConfig:
         from nodeagent.daemonkit.auth import is_loopback
-        if not is_loopback(self.address):
-            raise ValueError(f"address: {self.address} is not a loopback address: the API is served over plain "
-                             "HTTP without authentication, so only on loopback (127.0.0.1 or ::1)")
+        if self.security is None and not is_loopback(self.address):
+            raise ValueError(f"address: {self.address} is not a loopback address: without `security` the API is "
+                             "served over plain HTTP without authentication, so only on loopback (127.0.0.1 or ::1)")
         return self
 
     @property
     def data_dir(self) -> Path:
         return Path(self.storage.path).parent
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the CAs, the serving certificate and the token key are made on first start."""
+        return self.data_dir / "tls"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{'https' if self.security is not None else 'http'}://{host}:{self.port}"
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

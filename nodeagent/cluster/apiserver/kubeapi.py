@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -25,6 +25,7 @@ from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.negotiation import wants_aggregated_discovery
 from nodeagent.cluster.apiserver.requestinfo import request_info
 from nodeagent.cluster.apiserver.resources import ApiSettings, handle
+from nodeagent.cluster.apiserver.security import security_middleware
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.registry import Registry
 
@@ -157,7 +158,10 @@ class KubeAPI:
 
 def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenAPISource | None = None,
                     ready: Callable[[], bool] | None = None) -> web.Application:
-    app = web.Application(middlewares=[status_errors], client_max_size=MAX_BODY)
+    middlewares: list[Any] = [status_errors]
+    if settings.security is not None:
+        middlewares.append(security_middleware(settings.security))
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
     api = KubeAPI(registry, settings, openapi=openapi, ready=ready)
     app[REGISTRY] = registry
     app[SETTINGS] = settings

@@ -29,6 +29,8 @@ from nodeagent.cluster.apiserver.encoding import (
 )
 from nodeagent.cluster.apiserver.negotiation import Output, body_type, choose_output
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
+from nodeagent.cluster.apiserver.security import Security
+from nodeagent.cluster.apiserver.security import review as security_review
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.kinds.reviews import ReviewStore
@@ -57,6 +59,7 @@ class ApiSettings:
     bookmark_interval: float = 60.0
     watch_timeout: tuple[int, int] = DEFAULT_WATCH_TIMEOUT
     subresources: dict[tuple[str, str, str], SubresourceHandler] = field(default_factory=dict)
+    security: Security | None = None  # authentication and authorization on (the auth room's chains)
 
     def add_subresource(self, group: str, resource: str, subresource: str, handler: SubresourceHandler) -> None:
         self.subresources[(group, resource, subresource)] = handler
@@ -182,6 +185,8 @@ async def handle(request: web.Request, ri: RequestInfo, registry: Registry,
                                                           "resource")
     review = registry.reviews.get((info.group, info.version, info.plural))
     if review is not None:
+        if settings.security is not None:
+            return await security_review(request, settings.security, info.kind)
         return await _review(request, review)
     gs = registry.stores[(info.group, info.version, info.plural)]
     if verb == "get":
