@@ -105,3 +105,20 @@ def test_client_certificate_user_and_no_credentials(secure) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, context=ctx, timeout=10)
     assert e.value.code == 401
+
+
+def test_rbac_escalation_is_refused(secure) -> None:
+    tmp, _ = secure
+    admin_binding = {**BINDING, "metadata": {"name": "bob-admin", "namespace": "default"},
+                     "roleRef": {**BINDING["roleRef"], "name": "admin"}}
+    assert _k(tmp, "admin", "apply", "-f", "-", input=json.dumps(admin_binding)).returncode == 0
+    time.sleep(0.3)
+    mine = {**BINDING, "metadata": {"name": "bob-edit", "namespace": "default"},
+            "roleRef": {**BINDING["roleRef"], "name": "edit"}}
+    assert _k(tmp, "bob", "create", "-f", "-", input=json.dumps(mine)).returncode == 0  # admin holds edit's rules
+    grab = {**BINDING, "metadata": {"name": "bob-root", "namespace": "default"},
+            "roleRef": {**BINDING["roleRef"], "name": "cluster-admin"}}
+    res = _k(tmp, "bob", "create", "-f", "-", input=json.dumps(grab))
+    assert res.returncode != 0 and "Forbidden" in res.stderr
+    assert 'rolebindings.rbac.authorization.k8s.io "bob-root" is forbidden' in res.stderr
+    assert _k(tmp, "admin", "get", "rolebinding", "bob-root").returncode != 0

@@ -21,7 +21,7 @@ from aiohttp import web
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
-from nodeagent.cluster.apiserver.security import Security, build_security
+from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
 from nodeagent.cluster.registry.errors import StatusError
@@ -80,6 +80,8 @@ class ControlPlane:
             tls: ssl.SSLContext | None = None
             if self.config.security is not None:
                 settings.security, tls = await self._security(registry, tasks)
+                if settings.security.rbac is not None:
+                    registry.plugins.admitter = EscalationAdmission(settings.security)
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog))
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
             await runner.setup()

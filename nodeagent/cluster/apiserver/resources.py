@@ -29,7 +29,7 @@ from nodeagent.cluster.apiserver.encoding import (
 )
 from nodeagent.cluster.apiserver.negotiation import Output, body_type, choose_output
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
-from nodeagent.cluster.apiserver.security import Security
+from nodeagent.cluster.apiserver.security import Security, request_user
 from nodeagent.cluster.apiserver.security import review as security_review
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo
@@ -130,6 +130,15 @@ def context(query: Any, kind: str) -> Context:
                    force=force == "true")
 
 
+def request_context(request: web.Request, kind: str) -> Context:
+    """The options of the request and who makes it."""
+    ctx = context(request.query, kind)
+    user = request_user(request)
+    if user is not None:
+        ctx.principal, ctx.user, ctx.groups = user, user.name, user.groups
+    return ctx
+
+
 def include_object(query: Any, output: Output) -> IncludeObject:
     raw = query.get("includeObject", "") or "Metadata"
     if raw not in ("Metadata", "Object", "None"):
@@ -198,11 +207,11 @@ async def handle(request: web.Request, ri: RequestInfo, registry: Registry,
     if verb == "watch":
         return await _watch(request, gs, namespace, settings)
     if verb == "create":
-        ctx = context(request.query, "CreateOptions")
+        ctx = request_context(request, "CreateOptions")
         obj = await gs.create(namespace, await read_body(request), ctx)
         return json_response(obj, 201, ctx.warnings)
     if verb == "update":
-        ctx = context(request.query, "UpdateOptions")
+        ctx = request_context(request, "UpdateOptions")
         obj, created = await gs.update(namespace, ri.name, await read_body(request), ctx)
         return json_response(obj, 201 if created else 200, ctx.warnings)
     if verb == "patch":
@@ -211,7 +220,7 @@ async def handle(request: web.Request, ri: RequestInfo, registry: Registry,
         return await _delete(request, gs, namespace, ri.name)
     if verb == "deletecollection":
         opts = list_options(request.query, watch=False)
-        ctx = context(request.query, "DeleteOptions")
+        ctx = request_context(request, "DeleteOptions")
         dopts = parse_delete_options(await optional_body(request), dict(request.query))
         ctx.dry_run = ctx.dry_run or dopts.dry_run
         result = await gs.delete_collection(namespace, opts, dopts, ctx)
@@ -312,7 +321,7 @@ async def _patch(request: web.Request, gs: GenericStore, namespace: str | None, 
     patch_type = PATCH_CONTENT_TYPES.get(ctype)
     if patch_type is None:
         raise errors.unsupported_media_type(ctype, list(PATCH_CONTENT_TYPES))
-    ctx = context(request.query, "PatchOptions")
+    ctx = request_context(request, "PatchOptions")
     if patch_type != "apply" and request.query.get("force") is not None:
         raise errors.invalid("PatchOptions", "meta.k8s.io", "", [FieldError("force", "Forbidden: may not be "
                                                                                      "specified for non-apply patch")])
@@ -322,7 +331,7 @@ async def _patch(request: web.Request, gs: GenericStore, namespace: str | None, 
 
 
 async def _delete(request: web.Request, gs: GenericStore, namespace: str | None, name: str) -> web.Response:
-    ctx = context(request.query, "DeleteOptions")
+    ctx = request_context(request, "DeleteOptions")
     opts = parse_delete_options(await optional_body(request), dict(request.query))
     ctx.dry_run = ctx.dry_run or opts.dry_run
     obj, gone = await gs.delete(namespace, name, opts, ctx)
@@ -336,7 +345,7 @@ async def _delete(request: web.Request, gs: GenericStore, namespace: str | None,
 
 
 async def _review(request: web.Request, review: ReviewStore) -> web.Response:
-    ctx = context(request.query, "CreateOptions")
+    ctx = request_context(request, "CreateOptions")
     obj = await review.create(None, (await read_body(request)).value, ctx)
     return json_response(obj, 201, ctx.warnings)
 
@@ -349,7 +358,7 @@ async def _subresource(request: web.Request, ri: RequestInfo, info: ResourceInfo
         raise errors.path_not_found()
     custom = settings.subresources.get((info.group, info.plural, ri.subresource))
     if custom is not None:
-        return await custom(request, gs, ri, context(request.query, "CreateOptions"))
+        return await custom(request, gs, ri, request_context(request, "CreateOptions"))
     verb = ri.verb
     if verb not in sub.verbs:
         raise errors.StatusError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
@@ -358,7 +367,7 @@ async def _subresource(request: web.Request, ri: RequestInfo, info: ResourceInfo
         obj = await gs.get(namespace, ri.name, request.query.get("resourceVersion", ""))
         return _one(gs, obj, choose_output(request.headers.get("Accept")), request, settings)
     if verb == "update":
-        ctx = context(request.query, "UpdateOptions")
+        ctx = request_context(request, "UpdateOptions")
         obj, _ = await gs.update(namespace, ri.name, await read_body(request), ctx, subresource=ri.subresource)
         return json_response(obj, 200, ctx.warnings)
     if verb == "patch":

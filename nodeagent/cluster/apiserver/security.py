@@ -21,9 +21,10 @@ from aiohttp import web
 from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.auth import protobuf
 from nodeagent.cluster.auth import reviews as auth_reviews
-from nodeagent.cluster.auth.attributes import forbidden_status, unauthorized_status
+from nodeagent.cluster.auth.attributes import RBAC_GROUP, forbidden_status, unauthorized_status
 from nodeagent.cluster.auth.authenticator import Anonymous, Authenticator, BearerTokenAuthenticator
 from nodeagent.cluster.auth.authorizer import Authorizer, build_authorizer
+from nodeagent.cluster.auth.escalation import EscalationCheck
 from nodeagent.cluster.auth.impersonation import ImpersonationError, impersonate
 from nodeagent.cluster.auth.node import NodeGraph
 from nodeagent.cluster.auth.rbac.index import RBACIndex
@@ -33,6 +34,8 @@ from nodeagent.cluster.auth.tokenfile import TokenFile
 from nodeagent.cluster.auth.user import UserInfo
 from nodeagent.cluster.auth.x509 import X509Authenticator
 from nodeagent.cluster.registry import errors
+from nodeagent.cluster.registry.catalog import ResourceInfo
+from nodeagent.cluster.registry.options import Context
 from nodeagent.core.errors import ValidationErrors
 
 log = structlog.get_logger(__name__)
@@ -126,3 +129,23 @@ async def review(request: web.Request, security: Security, kind: str) -> web.Res
     except auth_reviews.NamespaceMismatch as e:
         raise errors.bad_request(str(e)) from None
     return json_response(out, 201)
+
+
+class EscalationAdmission:
+    """RBAC's escalation prevention before every create and update of the four RBAC kinds: nobody
+    grants through a role or binding what they do not hold (the auth room's EscalationCheck)."""
+
+    def __init__(self, security: Security) -> None:
+        assert security.rbac is not None
+        self.check = EscalationCheck(security.rbac, security.authorizer)
+
+    async def admit(self, operation: str, info: ResourceInfo, obj: dict[str, Any], old: dict[str, Any] | None, *,
+                    subresource: str, ctx: Context) -> None:
+        if info.group != RBAC_GROUP or operation not in ("CREATE", "UPDATE") or not isinstance(ctx.principal, UserInfo):
+            return
+        message = self.check.check(ctx.principal, obj, old)
+        if message is not None:
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            details = {"name": name, "group": info.group, "kind": info.plural} if name else \
+                {"group": info.group, "kind": info.plural}
+            raise errors.StatusError(403, "Forbidden", message, details)

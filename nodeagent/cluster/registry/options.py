@@ -31,6 +31,7 @@ class Context:
     applying: bool = False  # a server-side apply: the patcher writes managedFields itself
     user: str = ""
     groups: tuple[str, ...] = ()
+    principal: Any = None  # the authenticated (or impersonated) user, as the authentication room gives it
     warnings: list[str] = dc_field(default_factory=list)
 
 

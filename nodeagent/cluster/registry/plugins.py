@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from nodeagent.cluster.registry.catalog import ResourceInfo
+from nodeagent.cluster.registry.options import Context
 from nodeagent.core.errors import FieldError
 
 PatchType = Literal["json", "merge", "strategic", "apply"]
@@ -75,6 +76,6 @@ class FieldValidator(Protocol):
 
 class Admitter(Protocol):
     async def admit(self, operation: Operation, info: ResourceInfo, obj: dict[str, Any],
-                    old: dict[str, Any] | None, *, subresource: str, dry_run: bool) -> None:
-        """Mutate `obj` in place or raise StatusError."""
+                    old: dict[str, Any] | None, *, subresource: str, ctx: Context) -> None:
+        """Mutate `obj` in place or raise StatusError (ctx: who asks, dry run)."""
         ...

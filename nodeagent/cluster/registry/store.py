@@ -225,7 +225,7 @@ class GenericStore:
 
     async def _admit(self, op: Any, obj: Obj, old: Obj | None, ctx: Context, subresource: str = "") -> None:
         if self.plugins.admitter is not None:
-            await self.plugins.admitter.admit(op, self.info, obj, old, subresource=subresource, dry_run=ctx.dry_run)
+            await self.plugins.admitter.admit(op, self.info, obj, old, subresource=subresource, ctx=ctx)
 
     def _generated_name(self, prefix: str) -> str:
         prefix = prefix[: MAX_NAME_LENGTH - GENERATE_SUFFIX]
