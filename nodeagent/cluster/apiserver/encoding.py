@@ -43,6 +43,14 @@ def list_object(gs: GenericStore, result: ListResult) -> dict[str, Any]:
     return {"kind": gs.info.list_kind, "apiVersion": gs.info.api_version, "metadata": meta, "items": result.items}
 
 
+def raw_list(gs: GenericStore, result: ListResult, items: Sequence[bytes]) -> bytes:
+    """A list from items already encoded (GenericStore.list_raw), in one join."""
+    head = list_object(gs, result)
+    del head["items"]
+    prefix = orjson.dumps(head)[:-1]  # the list object without its closing brace
+    return prefix + b',"items":[' + b",".join(items) + b"]}"
+
+
 def table_object(gs: GenericStore, objs: Sequence[dict[str, Any]], resource_version: str, now_wall: float,
                  include: IncludeObject, version: str = "v1", *, columns: bool = True,
                  continue_token: str = "", remaining: int | None = None) -> dict[str, Any]:

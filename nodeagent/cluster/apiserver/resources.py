@@ -25,6 +25,7 @@ from nodeagent.cluster.apiserver.encoding import (
     event_line,
     json_response,
     list_object,
+    raw_list,
     table_object,
 )
 from nodeagent.cluster.apiserver.negotiation import Output, body_type, choose_output
@@ -240,6 +241,9 @@ def _one(gs: GenericStore, obj: dict[str, Any], output: Output, request: web.Req
 async def _list(request: web.Request, gs: GenericStore, namespace: str | None, settings: ApiSettings) -> web.Response:
     output = choose_output(request.headers.get("Accept"))
     opts = list_options(request.query, watch=False)
+    if not output.table and not opts.filtered and gs.raw_lists:
+        items, meta = await gs.list_raw(namespace, opts)
+        return web.Response(body=raw_list(gs, meta, items), headers={"Content-Type": "application/json"})
     result = await gs.list(namespace, opts)
     if output.table:
         include = include_object(request.query, output)

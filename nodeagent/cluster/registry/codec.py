@@ -14,12 +14,30 @@ import orjson
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.storage.interface import KeyValue
 
+_META = b'"metadata":{'
+
 
 def encode(obj: dict[str, Any]) -> bytes:
+    """kind, apiVersion, metadata first: so the top-level metadata is the first `"metadata":{` of the
+    bytes, and a list can set resourceVersion without decoding the object (with_resource_version)."""
     meta = obj.get("metadata")
     if isinstance(meta, dict) and "resourceVersion" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
-    return orjson.dumps(obj)
+        meta = {k: v for k, v in meta.items() if k != "resourceVersion"}
+    head: dict[str, Any] = {k: obj[k] for k in ("kind", "apiVersion") if k in obj}
+    ordered = {**head, "metadata": meta if meta is not None else {},
+               **{k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "metadata")}}
+    return orjson.dumps(ordered)
+
+
+def with_resource_version(value: bytes, revision: int) -> bytes | None:
+    """The stored bytes with metadata.resourceVersion set, without decoding; None when the value
+    is not laid out as encode() writes it (the caller decodes then)."""
+    i = value.find(_META)
+    if i < 0 or value.count(b"{", 0, i) != 1:
+        return None  # not the top-level metadata
+    j = i + len(_META)
+    rv = b'"resourceVersion":"' + str(revision).encode() + b'"'
+    return value[:j] + rv + (b"" if value[j:j + 1] == b"}" else b",") + value[j:]
 
 
 def decode(value: bytes, revision: int) -> dict[str, Any]:
