@@ -271,3 +271,27 @@ def test_python_client_recovers_from_410_after_compaction(server: Server) -> Non
         assert ev["type"] == "MODIFIED" and ev["object"].data["i"] == "after"
         break
     assert server.alive()
+
+
+def test_kubectl_generators_send_protobuf_and_work(server: Server) -> None:
+    ns = "t-gen"
+    server.kubectl("create", "namespace", ns)
+    server.kubectl("create", "quota", "q", "-n", ns, "--hard=pods=3,limits.cpu=2")
+    server.kubectl("create", "priorityclass", "gen-high", "--value=1000", "--preemption-policy=Never")
+    server.kubectl("create", "role", "r", "-n", ns, "--verb=get,list", "--resource=pods")
+    server.kubectl("create", "rolebinding", "rb", "-n", ns, "--role=r", "--user=bob")
+    server.kubectl("create", "configmap", "cm", "-n", ns, "--from-literal=a=1")
+    server.kubectl("create", "secret", "generic", "s", "-n", ns, "--from-literal=pw=secret")
+    server.kubectl("create", "serviceaccount", "sa", "-n", ns)
+    get = lambda *a: json.loads(server.kubectl("get", *a, "-o", "json").stdout)
+    assert get("ns", ns)["status"]["phase"] == "Active"
+    assert get("quota", "q", "-n", ns)["spec"]["hard"] == {"pods": "3", "limits.cpu": "2"}
+    pc = get("pc", "gen-high")
+    assert (pc["value"], pc["preemptionPolicy"]) == (1000, "Never")
+    assert get("role", "r", "-n", ns)["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
+    assert get("rolebinding", "rb", "-n", ns)["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                                              "name": "bob"}]
+    assert get("cm", "cm", "-n", ns)["data"] == {"a": "1"}
+    secret = get("secret", "s", "-n", ns)
+    assert secret["data"] == {"pw": "c2VjcmV0"} and secret["type"] == "Opaque"
+    assert get("sa", "sa", "-n", ns)["metadata"]["name"] == "sa"

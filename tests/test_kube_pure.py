@@ -161,3 +161,25 @@ def test_event_cells_and_rbac_validation() -> None:
     assert [e.path for e in RoleBindingStrategy().validate(binding)] == ["subjects[0].kind"]
     changed = {**binding, "roleRef": {**binding["roleRef"], "name": "other"}}
     assert "roleRef" in [e.path for e in RoleBindingStrategy().validate_update(changed, binding)]
+
+
+def test_protobuf_decoder_refuses_garbage() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from nodeagent.cluster.apiserver.protobuf import MAGIC, ProtobufError, decode
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=64))
+    def run(tail: bytes) -> None:
+        try:
+            out = decode(MAGIC + tail)
+        except ProtobufError:
+            return
+        assert isinstance(out, dict) and "kind" in out
+
+    run()
+    # a Namespace as kubectl encodes it: Unknown{typeMeta{v1, Namespace}, raw: Namespace{metadata{name}}}
+    raw = b"\x0a\x06\x0a\x04demo"
+    body = MAGIC + b"\x0a\x0f\x0a\x02v1\x12\x09Namespace" + b"\x12" + bytes([len(raw)]) + raw
+    assert decode(body) == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo"}}

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from nodeagent.cluster.apiserver import protobuf
 from nodeagent.cluster.apiserver.encoding import (
     WatchEncoder,
     bookmark,
@@ -152,6 +153,11 @@ async def read_body(request: web.Request, *, media: str | None = None) -> Decode
     raw = await request.read()
     if not raw.strip():
         raise errors.bad_request("the request body is empty")
+    if media is None and request.headers.get("Content-Type", "").split(";")[0].strip().lower() == protobuf.CONTENT_TYPE:
+        try:
+            return Decoded(protobuf.decode(raw))
+        except protobuf.ProtobufError as e:
+            raise errors.bad_request(f"error decoding the protobuf request body: {e}") from None
     ct = media or ("yaml" if body_type(request.headers.get("Content-Type", "")) == "yaml" else "json")
     try:
         if len(raw) > 64 * 1024:  # big bodies are decoded off the event loop
