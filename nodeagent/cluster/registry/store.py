@@ -115,6 +115,13 @@ def _meta(obj: Obj) -> Obj:
     return meta
 
 
+def _without_rv(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "resourceVersion" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    return obj
+
+
 def _store_error(e: StoreError) -> errors.StatusError:
     if isinstance(e, Compacted):
         return errors.too_old(e.requested, e.compacted)
@@ -293,7 +300,7 @@ class GenericStore:
                 raise errors.already_exists(self.info.plural, self.info.group, meta["name"])
             return obj
         for _ in range(8 if generated else 1):
-            rev = await self._txn_put(key, encode(self.strategy.to_storage(copy.deepcopy(obj))), 0)
+            rev = await self._txn_put(key, encode(self.strategy.to_storage(obj)), 0)
             if rev is not None:
                 meta["resourceVersion"] = str(rev)
                 return obj
@@ -518,11 +525,8 @@ class GenericStore:
             raise self._invalid(name, errs)
         await self._admit("UPDATE", new, old, ctx, subresource)
         new = self._managed(old, new, ctx, subresource)
-        stored_old = self.strategy.to_storage(copy.deepcopy(old))
-        stored_new = self.strategy.to_storage(copy.deepcopy(new))
-        stored_old["metadata"].pop("resourceVersion", None)
-        stored_new["metadata"].pop("resourceVersion", None)
-        if stored_new == stored_old:
+        stored_new = self.strategy.to_storage(new)
+        if _without_rv(stored_new) == _without_rv(self.strategy.to_storage(old)):
             return old  # nothing changed: no write, the resourceVersion stays (as kube-apiserver)
         value = encode(stored_new)
         if ctx.dry_run:
@@ -631,7 +635,7 @@ class GenericStore:
             self.strategy.on_deleting(new)
             if ctx.dry_run:
                 return new, False
-            stored = encode(self.strategy.to_storage(copy.deepcopy(new)))
+            stored = encode(self.strategy.to_storage(new))
             if stored == kv.value:
                 return obj, False
             rev = await self._txn_put(key, stored, kv.mod_revision)

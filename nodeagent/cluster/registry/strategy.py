@@ -232,7 +232,8 @@ class Strategy:
 
     # ---- versions ------------------------------------------------------------------------------
     def to_storage(self, obj: Obj) -> Obj:
-        """The served version -> the stored one (identity unless the kind shares storage)."""
+        """The served version -> the stored one (identity unless the kind shares storage); must not
+        change `obj` (the store encodes the result and keeps using `obj`)."""
         return obj
 
     def from_storage(self, obj: Obj) -> Obj:

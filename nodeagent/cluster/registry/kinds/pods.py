@@ -73,6 +73,9 @@ class PodStrategy(Strategy):
                Column("Nominated Node", priority=1, description="Name of the node nominated by the scheduler."),
                Column("Readiness Gates", priority=1, description="The readiness gates of the pod."))
 
+    def __init__(self) -> None:
+        self._last: tuple[tuple[int, int], Any, Pod | list[FieldError]] | None = None
+
     def initial_status(self, obj: Obj) -> Obj:
         return {"phase": "Pending"}
 
@@ -103,11 +106,22 @@ class PodStrategy(Strategy):
                         for name, q in res["limits"].items():
                             requests.setdefault(name, q)
         status = obj.get("status")
-        if isinstance(status, dict) and "qosClass" not in status:
-            try:
-                status["qosClass"] = qos_class(parse_pod(self._model_view(obj)))
-            except ValueError:
-                pass
+        parsed = self._parse(obj)
+        if isinstance(status, dict) and "qosClass" not in status and isinstance(parsed, Pod):
+            status["qosClass"] = qos_class(parsed)
+
+    def _parse(self, obj: Obj) -> Pod | list[FieldError]:
+        """The model's view of the pod, parsed once per object (default() then validate() ask)."""
+        key = (id(obj), id(obj.get("spec")))
+        if self._last is not None and self._last[0] == key and self._last[1] is obj.get("spec"):
+            return self._last[2]
+        result: Pod | list[FieldError]
+        try:
+            result = parse_pod(self._model_view(obj))
+        except ValidationErrors as e:
+            result = [x for x in e.errors if not x.path.startswith("metadata.")]
+        self._last = (key, obj.get("spec"), result)
+        return result
 
     @staticmethod
     def _model_view(obj: Obj) -> Obj:
@@ -118,11 +132,9 @@ class PodStrategy(Strategy):
     def validate(self, obj: Obj) -> list[FieldError]:
         if not isinstance(obj.get("spec"), dict):
             return [FieldError("spec", "Required value")]
-        try:
-            parse_pod(self._model_view(obj))
-        except ValidationErrors as e:
-            return [x for x in e.errors if not x.path.startswith("metadata.")]
-        return []
+        parsed = self._parse(obj)
+        self._last = None  # used once: default() then validate() of the same object, with no await between
+        return parsed if isinstance(parsed, list) else []
 
     def validate_update(self, new: Obj, old: Obj) -> list[FieldError]:
         errs = self.validate(new)
