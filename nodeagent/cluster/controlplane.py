@@ -22,8 +22,10 @@ from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
+from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
+from nodeagent.cluster.registry.encrypted import EncryptedStore
 from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
 from nodeagent.cluster.registry.options import Context, ListOptions
@@ -70,6 +72,14 @@ class ControlPlane:
 
     async def run(self, *, ready: Callable[[int], None] | None = None) -> None:
         store = await self.store_factory(self.config)
+        security = self.config.security
+        if security is not None and security.encryption_provider_config:
+            try:
+                encryption = load_encryption_config(security.encryption_provider_config)
+            except BaseException:
+                await store.close()
+                raise
+            store = EncryptedStore(store, encryption)
         registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         tasks = [asyncio.create_task(Compactor(store, self.config.compaction_interval, self.clock).run(),
