@@ -290,3 +290,29 @@ async def test_valid_quota_and_its_table(api) -> None:
     t = await (await api.get("/api/v1/namespaces/default/resourcequotas", headers={"Accept": TABLE})).json()
     assert [c["name"] for c in t["columnDefinitions"]] == ["Name", "Age", "Request", "Limit"]
     assert t["rows"][0]["cells"][2:] == ["pods: 0/10", "limits.cpu: 0/2"]
+
+
+async def test_subresources_are_pluggable(aiohttp_client) -> None:
+    """Later work (pods/log, exec, eviction...) adds a catalog entry and a handler; discovery lists it."""
+    from aiohttp import web
+
+    from nodeagent.cluster.registry.catalog import Subresource
+    from nodeagent.cluster.registry.kinds.pods import PodStrategy
+
+    reg, store, clock = await make_registry()
+    settings = ApiSettings(clock)
+    reg.catalog.add_subresource(PodStrategy.info, Subresource("log", "Pod", ("get",)))
+
+    async def log_handler(request, gs, ri, ctx):
+        obj = await gs.get(ri.namespace, ri.name)
+        return web.Response(text=f"log of {obj['metadata']['name']}\n", content_type="text/plain")
+
+    settings.add_subresource("", "pods", "log", log_handler)
+    client = await aiohttp_client(create_kube_app(reg, settings))
+    await client.post("/api/v1/namespaces/default/pods", json=pod("p"))
+    resp = await client.get("/api/v1/namespaces/default/pods/p/log")
+    assert resp.status == 200 and await resp.text() == "log of p\n"
+    core = await (await client.get("/api/v1")).json()
+    assert {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]} in core["resources"]
+    await _status(await client.get("/api/v1/namespaces/default/pods/p/exec"), 404, "NotFound")
+    await reg.close()
