@@ -1,0 +1,161 @@
+"""The API server's hot paths through a real `nodeagent server run` process (SQLite, loopback).
+
+Prints, next to the issue's targets (kube-apiserver SLO style):
+- creates/s of pods from 16 concurrent clients (durable commits), target >= 2000/s;
+- LIST of all pods (10,000 by default) as JSON and as a Table, p50/p99 over repeated lists, target p50 <= 200 ms;
+- watch delivery: commit (the create's response) -> event at 100 watchers, at ~500 writes/s, p50/p99,
+  target p99 <= 20 ms;
+- the server's RSS with the pods stored, target <= 300 MiB.
+Usage: python bench/apiserver_bench.py [--pods N] [--watchers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+
+def pod(i: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"p{i:05d}", "labels": {"app": "bench", "i": str(i % 10)}},
+            "spec": {"containers": [{"name": "c", "command": ["sleep", "3600"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def creates(url: str, n: int, clients: int) -> float:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as s:
+        async def worker() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                async with s.post(f"{url}/api/v1/namespaces/default/pods", json=pod(i)) as r:
+                    assert r.status == 201, await r.text()
+        t = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        return n / (time.perf_counter() - t)
+
+
+async def lists(url: str, rounds: int, accept: str) -> tuple[float, float, int]:
+    times = []
+    async with aiohttp.ClientSession() as s:
+        for _ in range(rounds):
+            t = time.perf_counter()
+            async with s.get(f"{url}/api/v1/pods", headers={"Accept": accept}) as r:
+                body = await r.read()
+            times.append(time.perf_counter() - t)
+    return pct(times, 0.5) * 1000, pct(times, 0.99) * 1000, len(body)
+
+
+async def watch_delivery(url: str, watchers: int, writes: int, rate: float) -> tuple[float, float, int]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=watchers + 8)) as s:
+        async with s.get(f"{url}/api/v1/namespaces/default/configmaps?limit=1") as r:
+            rv = (await r.json())["metadata"]["resourceVersion"]
+        sent: dict[str, float] = {}
+        lat: list[float] = []
+        done = asyncio.Event()
+        got = 0
+
+        async def watcher() -> None:
+            nonlocal got
+            async with s.get(f"{url}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}"
+                             f"&timeoutSeconds=120", timeout=aiohttp.ClientTimeout(total=None)) as r:
+                async for line in r.content:
+                    now = time.perf_counter()
+                    name = json.loads(line)["object"]["metadata"]["name"]
+                    if name in sent:
+                        lat.append(now - sent[name])
+                    got += 1
+                    if got >= watchers * writes:
+                        done.set()
+                    if name == f"w{writes - 1}":
+                        return
+
+        tasks = [asyncio.create_task(watcher()) for _ in range(watchers)]
+        await asyncio.sleep(1.0)
+        period = 1.0 / rate
+        start = time.perf_counter()
+
+        async def write(i: int) -> None:
+            async with s.post(f"{url}/api/v1/namespaces/default/configmaps",
+                              json={"metadata": {"name": f"w{i}"}, "data": {"i": str(i)}}) as r:
+                assert r.status == 201
+                sent[f"w{i}"] = time.perf_counter()  # the commit is acknowledged: the clock starts
+
+        pending = []
+        for i in range(writes):
+            await asyncio.sleep(max(0.0, start + i * period - time.perf_counter()))
+            pending.append(asyncio.create_task(write(i)))
+        await asyncio.gather(*pending)
+        achieved = writes / (time.perf_counter() - start)
+        try:
+            await asyncio.wait_for(done.wait(), 30)
+        except TimeoutError:
+            pass
+        for t in tasks:
+            t.cancel()
+        lat = [x for x in lat if x >= 0]
+        return pct(lat, 0.5) * 1000, pct(lat, 0.99) * 1000, int(achieved)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--watchers", type=int, default=100)
+    ap.add_argument("--writes", type=int, default=1000)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="apiserver-bench-"))
+    cfg = tmp / "server.yaml"
+    cfg.write_text(f"port: 0\nstorage: {{backend: sqlite, path: {tmp}/state.db}}\nlogging: {{format: json}}\n")
+    log = (tmp / "server.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "run", "--config", str(cfg)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        while '"server_listening"' not in (tmp / "server.log").read_text():
+            time.sleep(0.05)
+        port = next(json.loads(line)["port"] for line in (tmp / "server.log").read_text().splitlines()
+                    if "server_listening" in line)
+        url = f"http://127.0.0.1:{port}"
+        rate = await creates(url, args.pods, 16)
+        print(f"creates/s, 16 clients, SQLite durable commits: {rate:8.0f}      (target >= 2000)")
+        p50, p99, size = await lists(url, 20, "application/json")
+        print(f"LIST {args.pods} pods JSON:  p50 {p50:6.0f} ms  p99 {p99:6.0f} ms  ({size / 1e6:.1f} MB)  "
+              "(target p50 <= 200 ms)")
+        p50, p99, size = await lists(url, 10, TABLE)
+        print(f"LIST {args.pods} pods Table: p50 {p50:6.0f} ms  p99 {p99:6.0f} ms  ({size / 1e6:.1f} MB)")
+        print(f"server RSS with {args.pods} pods: {rss_mib(proc.pid):6.0f} MiB    (target <= 300 MiB)")
+        p50, p99, achieved = await watch_delivery(url, args.watchers, args.writes, 500)
+        print(f"watch delivery to {args.watchers} watchers at {achieved} writes/s: p50 {p50:6.1f} ms  "
+              f"p99 {p99:6.1f} ms  (target p99 <= 20 ms)")
+        print(f"server RSS after the watch run: {rss_mib(proc.pid):6.0f} MiB")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

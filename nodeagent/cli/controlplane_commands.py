@@ -1,0 +1,102 @@
+"""`nodeagent server run --config FILE` and `nodeagent server check-config --config FILE`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from nodeagent.cluster.serverconfig import ServerConfig, load_server_config, parse_server_config
+from nodeagent.daemonkit.configfile import ConfigError
+
+
+def _load(path: str | None) -> ServerConfig | None:
+    try:
+        return load_server_config(path) if path else parse_server_config({}, "defaults")
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(f"{exc.source}: {line}", file=sys.stderr)
+        return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from nodeagent.cluster.controlplane import ControlPlane
+    from nodeagent.daemonkit.logsetup import configure_logging
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    configure_logging(config.logging.level, config.logging.format)
+    try:
+        asyncio.run(ControlPlane(config).run())
+    except (OSError, ValueError) as exc:  # port taken, unusable storage path
+        print(f"nodeagent server: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return 1
+    print(json.dumps(config.to_dict(), indent=2))
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    """A kubeconfig for kubectl: the server's CA, and the user's token from the token file, or else a
+    client certificate for the user (groups from --group) signed by the server's client CA."""
+    import yaml
+
+    from nodeagent.cluster.auth.kubeconfig import build_kubeconfig
+    from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, issue_client_certificate
+    from nodeagent.cluster.auth.tokenfile import TokenFile
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    if config.security is None:
+        print(f"{args.config or 'defaults'}: security: not set: the server runs plain HTTP without "
+              "authentication; kubectl needs only `--server " + config.url + "`", file=sys.stderr)
+        return 1
+    if config.port == 0:
+        print(f"{args.config or 'defaults'}: port: 0 (any free port) cannot go into a kubeconfig", file=sys.stderr)
+        return 1
+    try:
+        pki = ensure_pki(config.tls_dir, default_hosts(config.security.tls_san))
+        token = None
+        if config.security.token_auth_file:
+            token = TokenFile.load(config.security.token_auth_file).token_for_user(args.user)
+        if token is not None:
+            doc = build_kubeconfig(config.url, pki.server_ca.cert_pem, user=args.user, token=token)
+        else:
+            cert = issue_client_certificate(pki.client_ca, args.user, tuple(args.group))
+            doc = build_kubeconfig(config.url, pki.server_ca.cert_pem, user=args.user,
+                                   client_cert_pem=cert.cert_pem, client_key_pem=cert.key_pem)
+    except (OSError, ValueError) as exc:
+        print(f"nodeagent server kubeconfig: {exc}", file=sys.stderr)
+        return 1
+    print(yaml.safe_dump(doc, sort_keys=False), end="")
+    return 0
+
+
+def add_server(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "server", help="the control plane: the Kubernetes API (kubectl and client libraries work against it)",
+        description="The control plane: serves the Kubernetes API over the cluster's store.")
+    sub = parser.add_subparsers(dest="server_command", metavar="COMMAND", required=True)
+    run = sub.add_parser("run", help="serve the API until SIGTERM/SIGINT")
+    run.add_argument("--config", metavar="FILE", help="server config file (default: built-in defaults)")
+    run.set_defaults(func=_run)
+    kc = sub.add_parser("kubeconfig", help="print a kubeconfig for kubectl (the server's CA and a credential)")
+    kc.add_argument("--config", metavar="FILE", help="server config file")
+    kc.add_argument("--user", default="admin", help="the user (default admin: a token of the token file, or a "
+                                                    "client certificate)")
+    kc.add_argument("--group", action="append", default=[],
+                    help="a group of the client certificate (repeat; e.g. system:masters)")
+    kc.set_defaults(func=_kubeconfig)
+    check = sub.add_parser("check-config", help="validate a server config and print it as JSON")
+    check.add_argument("--config", metavar="FILE", help="server config file")
+    check.set_defaults(func=_check_config)

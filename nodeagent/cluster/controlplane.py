@@ -1,0 +1,198 @@
+"""`nodeagent server run`: the composition root of the Kubernetes-speaking control plane.
+
+It only wires: the store (from the config, or given by the caller), the registry with the pieces
+of the rooms beside it (field validation and OpenAPI from the schema room, patches and
+managedFields from the patch room), the HTTP application, and the listening socket; it owns the process's lifetime
+(SIGTERM/SIGINT stop it, watches are ended, the store is closed last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from nodeagent.cluster.apiserver.kubeapi import create_kube_app
+from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
+from nodeagent.cluster.apiserver.resources import ApiSettings
+from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
+from nodeagent.cluster.auth.encryption import load_encryption_config
+from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
+from nodeagent.cluster.auth.rbac import bootstrap
+from nodeagent.cluster.registry.encrypted import EncryptedStore
+from nodeagent.cluster.registry.errors import StatusError
+from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
+from nodeagent.cluster.registry.options import Context, ListOptions
+from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
+from nodeagent.cluster.registry.registry import Registry
+from nodeagent.cluster.registry.store import GenericStore, Plugins
+from nodeagent.cluster.registry.watch import Subscription
+from nodeagent.cluster.serverconfig import ServerConfig
+from nodeagent.cluster.storage.compactor import Compactor
+from nodeagent.cluster.storage.interface import Store
+from nodeagent.cluster.storage.memory import MemoryStore
+from nodeagent.cluster.storage.sqlite import SqliteStore
+from nodeagent.core.clock import Clock, SystemClock
+
+log = structlog.get_logger(__name__)
+
+StoreFactory = Callable[[ServerConfig], Awaitable[Store]]
+
+
+async def open_store(config: ServerConfig) -> Store:
+    """The configured backend: SQLite at storage.path (durable), or memory (nothing survives a restart)."""
+    if config.storage.backend == "memory":
+        return MemoryStore()
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    return await SqliteStore.open(config.storage.path)
+
+
+def plugins(clock: Clock) -> Plugins:
+    """The registry's plugins: field validation (schema room), patches and managedFields (patch room)."""
+    return Plugins(validator=SchemaFieldValidator(), patcher=RegistryPatcher(clock),
+                   field_manager=RegistryFieldManager(clock))
+
+
+class ControlPlane:
+    def __init__(self, config: ServerConfig, *, store_factory: StoreFactory = open_store,
+                 clock: Clock | None = None) -> None:
+        self.config, self.store_factory = config, store_factory
+        self.clock = clock or SystemClock()
+        self.port: int | None = None
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, ready: Callable[[int], None] | None = None) -> None:
+        store = await self.store_factory(self.config)
+        security = self.config.security
+        if security is not None and security.encryption_provider_config:
+            try:
+                encryption = load_encryption_config(security.encryption_provider_config)
+            except BaseException:
+                await store.close()
+                raise
+            store = EncryptedStore(store, encryption)
+        registry = Registry(store, self.clock, plugins=plugins(self.clock))
+        runner: web.AppRunner | None = None
+        tasks = [asyncio.create_task(Compactor(store, self.config.compaction_interval, self.clock).run(),
+                                     name="compactor")]
+        try:
+            await registry.ensure_system_namespaces()
+            settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
+            tls: ssl.SSLContext | None = None
+            if self.config.security is not None:
+                settings.security, tls = await self._security(registry, tasks)
+                if settings.security.rbac is not None:
+                    registry.plugins.admitter = EscalationAdmission(settings.security)
+            app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog))
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+            await runner.setup()
+            site = web.TCPSite(runner, self.config.address, self.config.port, ssl_context=tls)
+            await site.start()
+            bound = runner.addresses
+            self.port = int(bound[0][1]) if bound else self.config.port
+            log.info("server_listening", address=self.config.address, port=self.port,
+                     storage=self.config.storage.backend, revision=store.revision)
+            if ready is not None:
+                ready(self.port)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop)
+            await self._stop.wait()
+            log.info("server_stopping")
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await registry.close()
+            if runner is not None:
+                await runner.cleanup()
+            await store.close()
+
+    async def _security(self, registry: Registry, tasks: list[asyncio.Task[None]]) -> tuple[Security, ssl.SSLContext]:
+        """Authentication, authorization and TLS from `security` (the auth room's pieces): the PKI made
+        on first start, the RBAC index and the node graph fed by watches (current before serving), the
+        bootstrap ClusterRoles and bindings created when missing."""
+        sec_config = self.config.security
+        assert sec_config is not None
+        security = build_security(token_file=sec_config.token_auth_file, anonymous=sec_config.anonymous_auth,
+                                  anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode)
+        pki = await asyncio.to_thread(ensure_pki, self.config.tls_dir, default_hosts(sec_config.tls_san), self.clock)
+        cert = sec_config.tls_cert_file or pki.serving_cert_file
+        key = sec_config.tls_private_key_file or pki.serving_key_file
+        tls = server_ssl_context(cert, key, sec_config.client_ca_file or pki.client_ca_file)
+        ctx = Context(field_manager="nodeagent-bootstrap")
+        for group, plural, objects in (("rbac.authorization.k8s.io", "clusterroles", bootstrap.cluster_roles()),
+                                       ("rbac.authorization.k8s.io", "clusterrolebindings",
+                                        bootstrap.cluster_role_bindings())):
+            gs = registry.resource(group, "v1", plural)
+            for obj in objects:
+                with contextlib.suppress(StatusError):  # already there (409): the stored one stays
+                    await gs.create(None, obj, ctx)
+        feeds: list[tuple[GenericStore, Callable[[str, dict[str, Any]], None]]] = []
+        if security.rbac is not None:
+            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+                feeds.append((registry.resource("rbac.authorization.k8s.io", "v1", plural), security.rbac.apply))
+        if security.graph is not None:
+            feeds.append((registry.resource("", "v1", "pods"), security.graph.apply))
+        for gs, apply in feeds:
+            feed = Feed(gs, apply)
+            await feed.relist()
+            tasks.append(asyncio.create_task(feed.run(), name=f"feed:{gs.info.plural}"))
+        log.info("security_on", modes=",".join(sec_config.authorization_mode), tls_dir=str(self.config.tls_dir),
+                 token_file=bool(sec_config.token_auth_file))
+        return security, tls
+
+
+class Feed:
+    """Keep an index current from one resource's watch, as an informer does: list, then watch; when
+    the watch closes, list again and tell the index about objects that went meanwhile."""
+
+    def __init__(self, gs: GenericStore, apply: Callable[[str, dict[str, Any]], None]) -> None:
+        self.gs, self.apply = gs, apply
+        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.sub: Subscription | None = None
+
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> tuple[str, str]:
+        meta = obj.get("metadata") or {}
+        return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+    def _one(self, event_type: str, obj: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self.known.pop(self._key(obj), None)
+        else:
+            self.known[self._key(obj)] = obj
+        self.apply(event_type, obj)
+
+    async def relist(self) -> None:
+        start = await self.gs.watch(None, ListOptions(watch=True))
+        present = {self._key(i.object) for i in start.initial}
+        for key in [k for k in self.known if k not in present]:
+            self._one("DELETED", self.known[key])
+        for item in start.initial:
+            self._one("MODIFIED" if self._key(item.object) in self.known else "ADDED", item.object)
+        self.sub = start.subscription
+
+    async def run(self) -> None:
+        while True:
+            assert self.sub is not None
+            try:
+                while True:
+                    item = await self.sub.next(None)
+                    if item is not None:
+                        self._one(item.type, item.object)
+            except StopAsyncIteration:
+                log.info("index_feed_relist", resource=self.gs.info.plural)
+            await self.relist()

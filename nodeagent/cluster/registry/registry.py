@@ -1,0 +1,89 @@
+"""The registry: the catalog and one store per resource, built over one Store.
+
+Also the namespace lifecycle every namespaced create goes through (kube's NamespaceLifecycle
+admission): the namespace must exist (404 `namespaces "x" not found`) and not be terminating
+(403 `unable to create new content in namespace x because it is being terminated`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from nodeagent.cluster.registry import errors
+from nodeagent.cluster.registry.authorization import AlwaysAllow, Authorizer
+from nodeagent.cluster.registry.catalog import Catalog, ResourceInfo
+from nodeagent.cluster.registry.codec import decode_kv
+from nodeagent.cluster.registry.kinds import BUILTIN, REVIEWS
+from nodeagent.cluster.registry.kinds.reviews import ReviewStore
+from nodeagent.cluster.registry.options import Context
+from nodeagent.cluster.registry.store import GenericStore, Plugins
+from nodeagent.cluster.registry.strategy import Strategy
+from nodeagent.cluster.storage.interface import Store, StoreError
+from nodeagent.core.clock import Clock
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class Registry:
+    def __init__(self, store: Store, clock: Clock, *, plugins: Plugins | None = None,
+                 authorizer: Authorizer | None = None, strategies: tuple[type[Strategy], ...] = BUILTIN,
+                 rng: random.Random | None = None) -> None:
+        self.store, self.clock = store, clock
+        self.plugins = plugins or Plugins()
+        self.authorizer: Authorizer = authorizer or AlwaysAllow()
+        self.catalog = Catalog()
+        self.stores: dict[tuple[str, str, str], GenericStore] = {}
+        self.reviews: dict[tuple[str, str, str], ReviewStore] = {}
+        for cls in strategies:
+            self.add(cls())
+        for cls in REVIEWS:
+            strategy = cls()
+            self.catalog.add(strategy.info)
+            self.reviews[(strategy.info.group, strategy.info.version, strategy.info.plural)] = \
+                ReviewStore(strategy, self.authorizer)
+        self._namespaces = self.stores[("", "v1", "namespaces")]
+
+    def add(self, strategy: Strategy) -> GenericStore:
+        """Serve one more kind (a catalog entry plus its strategy)."""
+        info = strategy.info
+        self.catalog.add(info)
+        gs = GenericStore(self.store, strategy, self.clock, plugins=self.plugins,
+                          namespace_check=self.check_namespace if info.namespaced else None)
+        self.stores[(info.group, info.version, info.plural)] = gs
+        return gs
+
+    def store_for(self, info: ResourceInfo) -> GenericStore | None:
+        return self.stores.get((info.group, info.version, info.plural))
+
+    def resource(self, group: str, version: str, plural: str) -> GenericStore:
+        gs = self.stores.get((group, version, plural))
+        if gs is None:
+            raise errors.path_not_found()
+        return gs
+
+    async def check_namespace(self, namespace: str, ctx: Context) -> None:
+        try:
+            kv, _ = await self.store.get(self._namespaces.key(None, namespace))
+        except StoreError as e:
+            raise errors.internal(f"storage error: {e}") from None
+        if kv is None:
+            raise errors.not_found("namespaces", "", namespace)
+        ns = decode_kv(kv)
+        if ns["metadata"].get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
+            message = f"unable to create new content in namespace {namespace} because it is being terminated"
+            raise errors.StatusError(403, "Forbidden", message, {
+                "name": namespace, "kind": "namespaces",
+                "causes": [{"reason": "NamespaceTerminating", "message": message, "field": "metadata.namespace"}]})
+
+    async def ensure_system_namespaces(self) -> None:
+        """default, kube-system, kube-public and kube-node-lease exist (kube's system namespaces controller)."""
+        for name in SYSTEM_NAMESPACES:
+            try:
+                await self._namespaces.create(None, {"metadata": {"name": name}}, Context(field_manager="nodeagent"))
+            except errors.StatusError as e:
+                if e.code != 409:
+                    raise
+
+    async def close(self) -> None:
+        for gs in self.stores.values():
+            await gs.hub.close()

@@ -1,0 +1,102 @@
+"""`nodeagent server run --config FILE`: the control plane's config (strict keys, camelCase YAML).
+
+    apiVersion: nodeagent.io/v1alpha1
+    kind: ServerConfiguration
+    address: 127.0.0.1          # plain HTTP without authentication: loopback only for now
+    port: 6443                  # 0: any free port (tests; the bound port is logged)
+    storage:
+      backend: sqlite           # the embedded default (k3s's choice); an etcd backend can come later
+      path: /var/lib/nodeagent-server/state.db
+    watchBookmarkInterval: 1m
+    compactionInterval: 5m      # history older than one interval is compacted (watchers then get 410)
+    logging: {level: info, format: auto}
+    security:                   # set: HTTPS with a CA and serving certificate made on first start
+      tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
+      authorizationMode: [Node, RBAC]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from nodeagent.cluster.auth.config import SecurityConfig
+from nodeagent.daemonkit.configfile import (
+    AbsolutePath,
+    ConfigError,
+    GoDuration,
+    LoggingConfig,
+    ip_address,
+    positive_duration,
+    pydantic_error_lines,
+    read_yaml_file,
+)
+
+DEFAULT_PORT = 6443
+PositiveDuration = Annotated[GoDuration, AfterValidator(positive_duration)]
+
+
+class StorageConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    backend: Literal["sqlite", "memory"] = "sqlite"
+    path: AbsolutePath = "/var/lib/nodeagent-server/state.db"
+
+
+class ServerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    api_version: Literal["nodeagent.io/v1alpha1"] | None = None
+    kind: Literal["ServerConfiguration"] | None = None
+    address: Annotated[str, AfterValidator(ip_address)] = "127.0.0.1"
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    watch_bookmark_interval: PositiveDuration = 60.0
+    compaction_interval: PositiveDuration = 300.0  # kube-apiserver's --etcd-compaction-interval
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    security: SecurityConfig | None = None  # unset: plain HTTP on loopback, no authentication
+
+    @model_validator(mode="after")
+    def _loopback(self) -> ServerConfig:
+        from nodeagent.daemonkit.auth import is_loopback
+        if self.security is None and not is_loopback(self.address):
+            raise ValueError(f"address: {self.address} is not a loopback address: without `security` the API is "
+                             "served over plain HTTP without authentication, so only on loopback (127.0.0.1 or ::1)")
+        return self
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.storage.path).parent
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the CAs, the serving certificate and the token key are made on first start."""
+        return self.data_dir / "tls"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{'https' if self.security is not None else 'http'}://{host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def parse_server_config(data: Any, source: str) -> ServerConfig:
+    """Validate config data; ConfigError lists every problem with its key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(source, [f"(root): expected a mapping of configuration keys, got {type(data).__name__}"])
+    try:
+        return ServerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, [f"{p}: {m}" if p else m for p, m in pydantic_error_lines(exc, ServerConfig)]) \
+            from None
+
+
+def load_server_config(path: str | Path) -> ServerConfig:
+    return parse_server_config(read_yaml_file(path), str(path))
