@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import orjson
+
 from nodeagent.cluster.patch.errors import UNPROCESSABLE, PatchError
 from nodeagent.cluster.patch.fieldpath import EMPTY, FieldSet, Path, PathElement, canonical_json, path_string
 from nodeagent.cluster.schema.model import ListType, MapType, Schema, Shape
@@ -241,6 +243,15 @@ def compare(lhs: Any, rhs: Any, schema: Schema | None) -> tuple[FieldSet, FieldS
     return added, modified, removed
 
 
+def _same_json(a: Any, b: Any) -> bool:
+    """Byte-equal JSON (orjson, sorted keys): true/1 and 1/1.0 differ here, so a False only sends
+    the caller down the exact comparison, never to a wrong "unchanged"."""
+    try:
+        return orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what orjson cannot encode (an integer beyond 64 bits) is compared exactly
+        return False
+
+
 def _json_equal(a: Any, b: Any) -> bool:
     if type(a) is type(b) and isinstance(a, str | bool):
         return bool(a == b)
@@ -304,9 +315,9 @@ def _compare(lhs: Any, rhs: Any, schema: Schema | None, depth: int) -> _Diff:
     lnode, rnode = resolve(schema, lhs), resolve(schema, rhs)
     if lnode.kind != rnode.kind or rnode.kind == Kind.LEAF or (_empty(lhs) and _empty(rhs)):
         return _leaf(lhs, rhs)
-    if lhs == rhs:
-        # an unchanged subtree, found at C speed (Python's == takes true for 1 only where the
-        # schema allows both, i.e. in free-form values, which are leaves compared exactly above)
+    if lhs == rhs and _same_json(lhs, rhs):
+        # an unchanged subtree, found at C speed; == alone is not enough: Python's == takes true
+        # for 1 and a value of the wrong type (a bool where the schema says string) can be there
         return _NO_DIFF
     sides: tuple[_Tries, _Tries, _Tries] = (_Tries(), _Tries(), _Tries())
     if rnode.kind in (Kind.STRUCT, Kind.MAP):
