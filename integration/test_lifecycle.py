@@ -117,9 +117,10 @@ async def test_liveness_failure_restarts_a_real_container_and_readiness_follows(
     pod = manifest([{
         "name": "app", "command": ["/bin/sh", "-c", "sleep 0.3; touch ready-$$; ln -sf ready-$$ ready; exec sleep 1000"],
         "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", "test -e ready && test -e /proc/$(readlink ready | cut -d- -f2)"]},
-                           "periodSeconds": 1},
+                           "periodSeconds": 1, "timeoutSeconds": 10},
+        # timeoutSeconds 10: a fork+exec in the UML guest of a loaded host can take over the default 1 s
         "livenessProbe": {"exec": {"command": ["/bin/sh", "-c", "test ! -e unhealthy"]}, "periodSeconds": 1,
-                          "failureThreshold": 2},
+                          "timeoutSeconds": 10, "failureThreshold": 2},
     }])
     p, events, kills = Pod_(driver, pod, tmp_path), [], []
     pp = probes_for(p, events, kills)
@@ -150,7 +151,8 @@ async def test_init_containers_and_a_sidecar_run_in_order_and_the_pod_completes(
         init=[{"name": "setup", "command": ["/bin/sh", "-c", "sleep 0.2; touch setup-done"]},
               {"name": "proxy", "command": ["/bin/sh", "-c", "sleep 0.3; touch proxy-up; exec sleep 1000"],
                "restartPolicy": "Always", "startupProbe": {"exec": {"command": ["test", "-e", "proxy-up"]},
-                                                           "periodSeconds": 1, "failureThreshold": 30}}],
+                                                           "periodSeconds": 1, "timeoutSeconds": 10,
+                                                           "failureThreshold": 30}}],
         restartPolicy="Never")
     p, events, kills = Pod_(driver, pod, tmp_path), [], []
     pp = probes_for(p, events, kills)
