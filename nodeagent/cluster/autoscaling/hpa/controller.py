@@ -12,10 +12,11 @@ is the loop's; if that fails, `rescale_failed` gives the status and event upstre
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from nodeagent.cluster.autoscaling.hpa.conditions import ABLE_TO_SCALE, SCALING_ACTIVE, SCALING_LIMITED, set_condition
+from nodeagent.cluster.autoscaling.hpa.fast import DEFAULT_BEHAVIOR, FastConfig, normalize_fast
 from nodeagent.cluster.autoscaling.hpa.normalize import (
     DEFAULT_DOWNSCALE_STABILIZATION,
     History,
@@ -64,6 +65,14 @@ class ControllerConfig:
     tolerance: float = DEFAULT_TOLERANCE
     downscale_stabilization: float = DEFAULT_DOWNSCALE_STABILIZATION
     calculator: CalculatorConfig = field(default_factory=CalculatorConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class FastMode:
+    """The fast first reaction (hpa.fast): `reader` is then the steady (30 s) window, this the quick one."""
+
+    quick_reader: MetricsReader
+    config: FastConfig = field(default_factory=FastConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,8 +436,13 @@ def reconcile(
     *,
     scale_error: str | None = None,
     competing_hpas: Sequence[str] = (),
+    fast: FastMode | None = None,
 ) -> Outcome:
-    """One sync of one HPA (see the module docstring). `scale` is None when getting it failed."""
+    """One sync of one HPA (see the module docstring). `scale` is None when getting it failed.
+
+    With `fast`, `reader` serves the steady window (30 s: status, steady scale-up and scale-down) and
+    `fast.quick_reader` the last second (quick scale-up), normalized by hpa.fast.
+    """
     meta = hpa.get("metadata") if isinstance(hpa.get("metadata"), Mapping) else {}
     assert isinstance(meta, Mapping)
     namespace = str(meta.get("namespace", ""))
@@ -531,7 +545,28 @@ def reconcile(
             rescale_reason = f"{rescale_metric} above target"
         if desired < current:
             rescale_reason = "All metrics below target"
-        if spec.behavior is None:
+        if fast is not None:
+            quick_sync = _Sync(list(sync.conditions), now)
+            quick_config = replace(config, tolerance=max(config.tolerance, fast.config.quick_tolerance))
+            quick_desired, quick_name, _, _ = compute_replicas_for_metrics(
+                quick_sync, spec, namespace, scale, pods, fast.quick_reader, quick_config
+            )
+            if quick_desired == -1:
+                quick_desired = current  # no quick evidence (e.g. new pods without two samples yet)
+            elif quick_desired > max(desired, current):
+                rescale_reason = f"{quick_name} above target"
+            norm = normalize_fast(
+                history,
+                current,
+                quick_desired,
+                desired,
+                spec.min_replicas,
+                spec.max_replicas,
+                spec.behavior,
+                now,
+                fast.config,
+            )
+        elif spec.behavior is None:
             norm = normalize_without_behavior(
                 history, current, desired, spec.min_replicas, spec.max_replicas, now, config.downscale_stabilization
             )
@@ -561,7 +596,8 @@ def reconcile(
             f"the HPA controller was able to update the target scale to {desired}",
         )
         sync.events.append(Event("Normal", "SuccessfulRescale", f"New size: {desired}; reason: {rescale_reason}"))
-        history = store_scale_event(history, spec.behavior, current, desired, now)
+        rules = spec.behavior if spec.behavior is not None or fast is None else DEFAULT_BEHAVIOR
+        history = store_scale_event(history, rules, current, desired, now)
     else:
         desired = current
     status = _status(previous, current, desired, statuses, sync.conditions, rescale, now)

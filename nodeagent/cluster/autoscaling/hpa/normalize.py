@@ -52,6 +52,7 @@ class History:
     recommendations: tuple[Recommendation, ...] = ()
     scale_up_events: tuple[ScaleEvent, ...] = ()
     scale_down_events: tuple[ScaleEvent, ...] = ()
+    steady_recommendations: tuple[Recommendation, ...] = ()  # the fast path's long-window proposals (hpa.fast)
 
 
 @dataclass(frozen=True, slots=True)
