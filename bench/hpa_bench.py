@@ -49,9 +49,8 @@ def runs(make: Callable[[int], sim.Trace], n: int, **kw: object) -> list[sim.Run
 
 def report(name: str, make: Callable[[int], sim.Trace], n: int) -> None:
     print(f"\n{name}")
-    print(
-        f"  {'pipeline':14s} {'latency p50':>11s} {'p99':>6s} {'missed':>6s} {'flaps':>6s} {'changes':>8s} {'final':>7s}"
-    )
+    header = ("pipeline", "latency p50", "p99", "missed", "flaps", "changes", "final")
+    print(f"  {header[0]:14s} " + " ".join(f"{h:>{w}s}" for h, w in zip(header[1:], (11, 6, 6, 6, 8, 7), strict=True)))
     for label, kw in PIPELINES.items():
         results = runs(make, n, **dict(kw))
         lat = [r.first_scale_up_latency for r in results if r.first_scale_up_latency is not None]
