@@ -106,6 +106,25 @@ def test_window_grows_and_reuses_removed_rows() -> None:
     assert set(w.keys()) == {0, 1, 2, 4, "new"}
 
 
+def test_add_many_is_add_for_a_whole_report() -> None:
+    one, many = SampleWindow(capacity=6), SampleWindow(capacity=6)
+    keys = ["a", "b", "c"]
+    for second in range(8):
+        cpu = [second * S, second * S // 2, (second % 3) * S]  # "c" restarts every 3 s (counter drops)
+        mem = [10, 20, 30 + second]
+        for k, c, m in zip(keys, cpu, mem, strict=True):
+            one.add(k, float(second), c, m, start_time=float(second // 4))
+        kept = many.add_many(keys, float(second), cpu, mem, [float(second // 4)] * 3)
+        assert kept == [True, True, True]
+    assert many.add_many(["a", "new"], 3.0, [0, 0], [0, 0]) == [False, True]  # "a" has newer samples
+    assert one.usage_all(7.0, 10.0) == {k: v for k, v in many.usage_all(7.0, 10.0).items() if k != "new"}
+    assert [s[0] for s in many.samples("a")] == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    with pytest.raises(ValueError, match="twice"):
+        many.add_many(["a", "a"], 9.0, [1, 2], [0, 0])
+    with pytest.raises(ValueError, match="2 keys but 1 cpu"):
+        many.add_many(["a", "b"], 9.0, [1], [0, 0])
+
+
 def test_window_refuses_bad_input() -> None:
     with pytest.raises(ValueError, match="capacity"):
         SampleWindow(capacity=1)
