@@ -273,3 +273,22 @@ def test_admission_creates_resources_when_the_container_has_none() -> None:
         "/spec/containers/0/resources/requests/cpu",
     ]
     assert got.pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": "300Mi"}}
+
+
+def test_vpa_status_conditions() -> None:
+    from nodeagent.cluster.autoscaling.vpa.status import vpa_status
+
+    none = vpa_status({}, False, 1_700_000_000.0, generation=3)
+    assert none == {"observedGeneration": 3, "conditions": [
+        {"type": "NoPodsMatched", "status": "True", "lastTransitionTime": "2023-11-14T22:13:20Z",
+         "reason": "NoPodsMatched", "message": "No pods match this VPA object"},
+        {"type": "RecommendationProvided", "status": "False", "lastTransitionTime": "2023-11-14T22:13:20Z",
+         "reason": "NoPodsMatched", "message": "No pods match this VPA object"}]}
+    later = vpa_status(RECOMMENDATION, True, 1_700_000_060.0, generation=3, previous=none["conditions"],
+                       extra=[{"type": "ConfigUnsupported", "status": "True", "reason": "R", "message": "m"}])
+    assert later["recommendation"] == RECOMMENDATION
+    assert [c["type"] for c in later["conditions"]] == ["ConfigUnsupported", "RecommendationProvided"]
+    assert later["conditions"][1] == {"type": "RecommendationProvided", "status": "True",
+                                      "lastTransitionTime": "2023-11-14T22:14:20Z"}
+    again = vpa_status(RECOMMENDATION, True, 1_700_000_120.0, previous=later["conditions"])
+    assert again["conditions"][0]["lastTransitionTime"] == "2023-11-14T22:14:20Z"  # no change: same time
