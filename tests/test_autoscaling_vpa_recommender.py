@@ -293,3 +293,29 @@ def test_percentiles_are_monotonic_and_bounds_ordered(samples: list[tuple[int, i
     est = recommend({"app": agg})["app"]
     for r in ("cpu", "memory"):
         assert est.lower_bound[r] <= est.target[r] <= est.upper_bound[r]
+
+
+def test_a_server_restart_keeps_the_history() -> None:
+    """Checkpoint after a day, restart (JSON round trip, fresh container states), go on: same recommendation
+    as a server that never stopped, within one bucket (checkpoints keep weights as integers)."""
+    cfg = AggregationsConfig()
+
+    def feed(agg: AggregateContainerState, start: int, end: int) -> None:
+        c = ContainerState(agg)
+        for i in range(start, end):
+            t = T0 + 60 * i
+            c.add_cpu_sample(300 + (i % 50) * 10, t)
+            c.add_memory_sample((300 + (i % 200)) * MIB, t)
+
+    steady_server = AggregateContainerState(cfg, T0)
+    feed(steady_server, 0, 2 * 1440)
+    restarted = AggregateContainerState(cfg, T0)
+    feed(restarted, 0, 1440)
+    saved = json.dumps(restarted.to_checkpoint(T0 + DAY))
+    restored = AggregateContainerState.from_checkpoint(json.loads(saved), cfg)
+    feed(restored, 1440, 2 * 1440)
+    a, b = recommend({"app": steady_server})["app"], recommend({"app": restored})["app"]
+    for r in ("cpu", "memory"):
+        assert abs(a.target[r] - b.target[r]) <= 0.06 * a.target[r]  # at most one 5% bucket apart
+    assert restored.total_samples == steady_server.total_samples
+    assert confidence(restored, DAY) == pytest.approx(confidence(steady_server, DAY))

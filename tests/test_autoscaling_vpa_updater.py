@@ -269,3 +269,11 @@ def test_a_first_seen_resize_starts_its_clock_now() -> None:
     assert got.decisions[0].action == "none" and got.in_place_attempts["a"] == NOW
     later = plan(vpa("InPlaceOrRecreate"), rec(), pods, NOW + 301, in_place_attempts=got.in_place_attempts)
     assert later.decisions[0].action == "evict"
+
+
+def test_recreate_evicts_a_stalled_resize_only_when_the_group_allows() -> None:
+    stuck = pod("a", "100m", conditions=pending("Infeasible"))
+    assert actions(plan(vpa(), rec(), [stuck, pod("b")], NOW)) == {"a": "evict", "b": "none"}
+    # three configured, two running: nothing may go, not even a stuck resize
+    got = plan(vpa(), rec(), [stuck, pod("b")], NOW, configured_replicas={"ReplicaSet/web-abc": 3})
+    assert actions(got)["a"] == "none" and got.decisions[0].reason == "in-place resize under way"

@@ -322,7 +322,8 @@ def plan(
         state = _resize_state(p)
         if not pending:
             if state is not None:
-                if not _resize_stalled(state, group, attempts.setdefault(name, now), now):
+                first = attempts.setdefault(name, now)
+                if not (group.disruptable() and _resize_stalled(state, first, now)):
                     decisions[name] = PodDecision(name, "none", "in-place resize under way")
                     return
             elif not group.disruptable():
@@ -359,7 +360,7 @@ def plan(
         state = _resize_state(p)
         if state is not None:
             first = attempts.setdefault(name, now)
-            if group.disruptable() and _resize_stalled(state, group, first, now):
+            if group.disruptable() and _resize_stalled(state, first, now):
                 evict(p, f"in-place resize {state[1].get('reason') or 'in progress'} too long or failed")
             else:
                 decisions[name] = PodDecision(name, "none", "in-place resize under way")
@@ -385,7 +386,7 @@ def plan(
     return Plan(tuple(decisions[n] for n in names), attempts)
 
 
-def _resize_stalled(state: tuple[str, Mapping[str, Any]], group: _Group, first_attempt: float, now: float) -> bool:
+def _resize_stalled(state: tuple[str, Mapping[str, Any]], first_attempt: float, now: float) -> bool:
     """CanEvictInPlacingPod's timeouts: Infeasible or Error at once, Deferred after 5 min, InProgress after 1 h."""
     kind, cond = state
     reason = cond.get("reason") or ""
