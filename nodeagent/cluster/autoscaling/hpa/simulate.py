@@ -48,8 +48,10 @@ class Trace:
     uniform: bool = False  # noise uniform in [-noise, +noise] instead of Gaussian
 
 
-def step(base: float, high: float, at: int, duration: int = 900, noise: float = 0.05) -> Trace:
-    return Trace(f"step {base:g}->{high:g} cores at {at}s", lambda t: base if t < at else high, duration, at, noise)
+def step(base: float, high: float, at: int, duration: int = 900, noise: float = 0.05, uniform: bool = False) -> Trace:
+    return Trace(
+        f"step {base:g}->{high:g} cores at {at}s", lambda t: base if t < at else high, duration, at, noise, uniform
+    )
 
 
 def spike(base: float, peak: float, at: int, length: int, duration: int = 600, noise: float = 0.05) -> Trace:
