@@ -6,7 +6,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver install-systemd clean
+.PHONY: install run check-config lint test unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -59,7 +59,7 @@ integration-v2: install
 integration-container:
 	integration/container/run.sh
 
-bench: bench-agent bench-scheduler bench-images bench-storage bench-apiserver
+bench: bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
 bench-agent: install
@@ -69,6 +69,11 @@ bench-agent: install
 
 bench-scheduler: install
 	$(BIN)/python bench/scheduler_bench.py
+
+## HPA reaction on simulated load traces (upstream's pipeline against the fast one) and the sample window at 10,000 pods.
+bench-autoscaling: install
+	$(BIN)/python bench/hpa_bench.py
+	$(BIN)/python bench/metrics_bench.py
 
 ## Pull of a ~50 MB image from a local registry, the agent against `skopeo copy` (as root).
 bench-images: install

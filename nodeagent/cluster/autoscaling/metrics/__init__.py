@@ -1,0 +1,6 @@
+"""Metrics the server keeps from the agents' samples, and the metrics.k8s.io objects built from them.
+
+    rate      CPU usage rate from two cumulative counter samples (resets, gaps, out-of-order)
+    window    per-series ring buffers (numpy) of the last N samples; usage over a window
+    objects   NodeMetrics / PodMetrics (metrics.k8s.io/v1beta1) as `kubectl top` reads them
+"""
