@@ -26,28 +26,12 @@ from nodeagent.agent.eviction.observations import (
     memory_available,
     pid_available,
 )
+from nodeagent.agent.node.disk_usage import dir_usage
+from nodeagent.agent.node.machine import meminfo_working_set, parse_meminfo
 from nodeagent.core.model import Pod
 from nodeagent.core.qos import qos_class
 
 PROC_MEMINFO = "/proc/meminfo"
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo as bytes per key."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
-    return out
-
-
-def meminfo_working_set(info: dict[str, int]) -> tuple[int, int]:
-    """(capacity, working set) from /proc/meminfo values: usage = total - free, minus inactive file."""
-    total = info["MemTotal"]
-    usage = max(0, total - info.get("MemFree", 0))
-    return total, max(0, usage - info.get("Inactive(file)", 0))
 
 
 def parse_loadavg_tasks(text: str) -> int:
@@ -105,20 +89,6 @@ class NodeObserver:
     def observe(self) -> dict[str, Observation]:
         return make_observations(memory=self.memory(), allocatable_memory=self.allocatable(),
                                  fs=self.filesystems(), pid=self.pids())
-
-
-def dir_usage(path: str) -> tuple[int, int]:
-    """(bytes, inodes) used under a directory (du-like; skips what vanishes meanwhile)."""
-    total = inodes = 0
-    for root, dirs, files in os.walk(path, onerror=lambda e: None):
-        for name in files + dirs:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_blocks * 512
-            inodes += 1
-    return total, inodes
 
 
 def pod_usage(driver: CgroupDriver, pod: Pod, pod_dir: str | None, with_disk: bool) -> PodUsage:
