@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from conftest import cgroup_dirs, cgroup_file
+
 from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
 from nodeagent.agent.node.machine import parse_cpu_busy_ns
 from nodeagent.agent.stats.sampler import Sampler
