@@ -11,7 +11,7 @@ import pytest
 from fakes import FakeCgroupDriver
 from structlog.testing import capture_logs
 
-from nodeagent.agent.cgroups.usage import CgroupUsage, UsageFiles, parse_cpu_ns, parse_usage
+from nodeagent.agent.cgroups.usage import CgroupUsage, UsageFiles, parse_cpu_ns, parse_usage, stat_value
 from nodeagent.agent.cgroups.v1 import CgroupV1Driver
 from nodeagent.agent.cgroups.v2 import CgroupV2Driver
 from nodeagent.agent.node.machine import parse_cpu_busy_ns
@@ -380,6 +380,25 @@ def test_parse_usage(version: int, cpu: bytes | None, memory: bytes, stat: bytes
 def test_parse_usage_refuses_garbage(version: int, cpu: bytes | None, memory: bytes, stat: bytes) -> None:
     with pytest.raises(ValueError):
         parse_usage(version, cpu, memory, stat)
+
+
+@pytest.mark.parametrize("text, key, expected", [
+    (b"anon 5\nanon_thp 7\nfile 9\n", b"anon", 5),  # first line, and not anon_thp
+    (b"anon_thp 7\nanon 5\n", b"anon", 5),
+    (b"rss 1\nrss_huge 2\ntotal_rss 3\ntotal_rss_huge 4\n", b"total_rss", 3),
+    (b"rss 1\nrss_huge 2\ntotal_rss 3\n", b"rss", 1),
+    (b"a 1\npgmajfault 42", b"pgmajfault", 42),  # last line without a newline
+    (b"a 1\nb 2\n", b"pgfault", 0),  # absent
+    (b"", b"anon", 0),
+    (b"xanon 3\n", b"anon", 0),  # a longer key is not the key
+])
+def test_stat_value(text: bytes, key: bytes, expected: int) -> None:
+    assert stat_value(text, key) == expected
+
+
+def test_stat_value_refuses_garbage() -> None:
+    with pytest.raises(ValueError):
+        stat_value(b"anon lots\n", b"anon")
 
 
 def test_parse_cpu_ns() -> None:

@@ -23,7 +23,7 @@ from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.node.procfs import boot_time
 from nodeagent.agent.stats.files import KeptFiles
-from nodeagent.agent.stats.reader import CgroupReading, DirReading, FilesystemReading, Reader
+from nodeagent.agent.stats.reader import CgroupReading, FilesystemReading, Reader
 from nodeagent.agent.stats.settings import StatsSettings
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.agent.stats.values import (
@@ -66,8 +66,11 @@ class Sampler:
         self._reader: Reader | None = None  # made by the first pass: no I/O before start
         self._pending: StatsSettings | None = None
         self._windows: dict[str, CounterWindow] = {}
-        self._dirs: dict[str, DirReading | None] = {}
-        self._storage_at: float | None = None
+        self._storage_at: float | None = None  # when directories were last walked (monotonic)
+        self._fs_reading: FilesystemReading | None = None  # nodefs at that walk
+        self._node_fs: FsStats | None = None
+        self._dir_stats: dict[str, FsStats | None] = {}
+        self._ephemeral: dict[tuple[str, ...], FsStats | None] = {}
         self.latest: Snapshot | None = None
         self.failed = False  # the last pass raised
         self.passes = 0
@@ -111,10 +114,11 @@ class Sampler:
         reader = self._reader
         mono, wall = reader.begin_pass()
         touched: set[str] = set()
-        fs = reader.filesystem(self.nodefs_path)
-        self._refresh_dirs(reader, targets, mono)
-        node = self._node(reader, fs, touched)
-        pods = tuple(self._pod(reader, t, fs, touched) for t in targets)
+        self._refresh_storage(reader, targets, mono)
+        node = self._node(reader, touched)
+        ephemeral: dict[tuple[str, ...], FsStats | None] = {}
+        pods = tuple(self._pod(reader, t, touched, ephemeral) for t in targets)
+        self._ephemeral = ephemeral
         reader.end_pass()
         for key in [k for k in self._windows if k not in touched]:
             del self._windows[key]
@@ -123,24 +127,57 @@ class Sampler:
         self.passes += 1
         return snap
 
-    def _refresh_dirs(self, reader: Reader, targets: Sequence[PodTarget], now: float) -> None:
-        wanted: list[str] = []
-        for t in targets:
-            wanted.extend(t.volume_dirs)
-            for c in t.containers:
-                wanted.extend(d for d in (c.log_dir, c.rootfs_dir) if d)
+    # ---- storage: walked every storage_interval, new directories at once ----
+    def _refresh_storage(self, reader: Reader, targets: Sequence[PodTarget], now: float) -> None:
+        """The FsStats of every wanted directory and of nodefs, rebuilt only when walked, so the
+        passes in between reuse the same values (and build nothing)."""
         due = (self._storage_at is None
                or now - self._storage_at >= self.settings.storage_interval - self.settings.tolerance)
-        dirs: dict[str, DirReading | None] = {}
-        for d in wanted:
-            if due or d not in self._dirs:
-                dirs[d] = reader.directory(d)
-            else:
-                dirs[d] = self._dirs[d]
         if due:
             self._storage_at = now
-        self._dirs = dirs
+            self._fs_reading = reader.filesystem(self.nodefs_path)
+            fs = self._fs_reading
+            self._node_fs = None if fs is None else FsStats(fs.wall, fs.used_bytes, fs.inodes - fs.inodes_free,
+                                                             fs.capacity_bytes, fs.available_bytes, fs.inodes,
+                                                             fs.inodes_free)
+            self._ephemeral = {}
+        old = {} if due else self._dir_stats
+        stats: dict[str, FsStats | None] = {}
+        for t in targets:
+            dirs = [d for c in t.containers for d in (c.log_dir, c.rootfs_dir) if d]
+            for d in (*dirs, *t.volume_dirs):
+                stats[d] = old[d] if d in old else self._walk(reader, d)
+        self._dir_stats = stats
 
+    def _walk(self, reader: Reader, directory: str) -> FsStats | None:
+        reading = reader.directory(directory)
+        if reading is None:
+            return None
+        fs = self._fs_reading
+        if fs is None:
+            return FsStats(reading.wall, reading.used_bytes, reading.inodes_used)
+        return FsStats(reading.wall, reading.used_bytes, reading.inodes_used, fs.capacity_bytes, fs.available_bytes,
+                       fs.inodes, fs.inodes_free)
+
+    def _ephemeral_of(self, t: PodTarget, cache: dict[tuple[str, ...], FsStats | None]) -> FsStats | None:
+        """Containers' rootfs and logs plus local volumes, summed (the kubelet's ephemeral-storage)."""
+        dirs = tuple(d for c in t.containers for d in (c.rootfs_dir, c.log_dir) if d) + t.volume_dirs
+        if dirs in cache:
+            return cache[dirs]
+        if dirs in self._ephemeral:
+            cache[dirs] = self._ephemeral[dirs]
+            return cache[dirs]
+        parts = [s for d in dirs if (s := self._dir_stats.get(d)) is not None]
+        fs = self._fs_reading
+        total = None
+        if parts:
+            total = FsStats(max(p.time for p in parts), sum(p.used_bytes or 0 for p in parts),
+                            sum(p.inodes_used or 0 for p in parts),
+                            *((fs.capacity_bytes, fs.available_bytes, fs.inodes, fs.inodes_free) if fs else ()))
+        cache[dirs] = total
+        return total
+
+    # ---- cgroups and the machine: every pass ----
     def _cpu(self, key: str, reading: CgroupReading) -> CpuStats | None:
         cpu_ns = reading.usage.cpu_ns
         if cpu_ns is None:
@@ -158,7 +195,7 @@ class Sampler:
         return MemoryStats(reading.wall, u.memory_usage, u.memory_working_set, u.memory_rss, u.page_faults,
                            u.major_page_faults, None if limit is None else max(0, limit - u.memory_working_set))
 
-    def _node(self, reader: Reader, fs: FilesystemReading | None, touched: set[str]) -> NodeStats:
+    def _node(self, reader: Reader, touched: set[str]) -> NodeStats:
         cpu = memory = None
         machine = reader.machine()
         touched.add(NODE_KEY)  # a window lives while its series is wanted, read or not (a gap)
@@ -171,10 +208,6 @@ class Sampler:
             cpu = CpuStats(machine.wall, machine.cpu_busy_ns, None if rate is None else int(rate))
             memory = MemoryStats(machine.wall, machine.memory_usage, machine.memory_working_set, machine.memory_rss,
                                  available_bytes=max(0, machine.memory_capacity - machine.memory_working_set))
-        node_fs = None
-        if fs is not None:
-            node_fs = FsStats(fs.wall, fs.used_bytes, fs.inodes - fs.inodes_free, fs.capacity_bytes,
-                              fs.available_bytes, fs.inodes, fs.inodes_free)
         system: tuple[ContainerStats, ...] = ()
         if self.pods_cgroup is not None:
             touched.add(self.pods_cgroup)
@@ -182,43 +215,32 @@ class Sampler:
             if reading is not None:
                 system = (ContainerStats(PODS_CONTAINER, self._boot_time, self._cpu(self.pods_cgroup, reading),
                                          self._memory(reading, None)),)
-        return NodeStats(self.node_name, self._boot_time, cpu, memory, node_fs, system)
+        return NodeStats(self.node_name, self._boot_time, cpu, memory, self._node_fs, system)
 
-    def _fs(self, directory: str | None, fs: FilesystemReading | None) -> FsStats | None:
-        reading = self._dirs.get(directory) if directory else None
-        if reading is None:
-            return None
-        if fs is None:
-            return FsStats(reading.wall, reading.used_bytes, reading.inodes_used)
-        return FsStats(reading.wall, reading.used_bytes, reading.inodes_used, fs.capacity_bytes, fs.available_bytes,
-                       fs.inodes, fs.inodes_free)
-
-    def _container(self, reader: Reader, c: ContainerTarget, fs: FilesystemReading | None,
-                   touched: set[str]) -> ContainerStats:
+    def _container(self, reader: Reader, c: ContainerTarget, touched: set[str],
+                   stamp: tuple[float, float]) -> ContainerStats:
         touched.add(c.cgroup)
-        reading = reader.cgroup(c.cgroup)
+        reading = reader.cgroup(c.cgroup, stamp)
         cpu = memory = None
         if reading is not None:
             cpu = self._cpu(c.cgroup, reading)
             memory = self._memory(reading, c.memory_limit)
-        return ContainerStats(c.name, c.start_time, cpu, memory, self._fs(c.rootfs_dir, fs), self._fs(c.log_dir, fs))
+        dirs = self._dir_stats
+        return ContainerStats(c.name, c.start_time, cpu, memory, dirs.get(c.rootfs_dir) if c.rootfs_dir else None,
+                              dirs.get(c.log_dir) if c.log_dir else None)
 
-    def _pod(self, reader: Reader, t: PodTarget, fs: FilesystemReading | None, touched: set[str]) -> PodStats:
-        containers = tuple(self._container(reader, c, fs, touched) for c in t.containers)
+    def _pod(self, reader: Reader, t: PodTarget, touched: set[str],
+             ephemeral: dict[tuple[str, ...], FsStats | None]) -> PodStats:
+        stamp = reader.stamp()
+        containers = tuple(self._container(reader, c, touched, stamp) for c in t.containers)
         touched.add(t.cgroup)
-        reading = reader.cgroup(t.cgroup)
+        reading = reader.cgroup(t.cgroup, stamp)
         cpu = memory = None
         if reading is not None:
             cpu = self._cpu(t.cgroup, reading)
             memory = self._memory(reading, t.memory_limit)
-        parts = [s for c in containers for s in (c.rootfs, c.logs) if s is not None]
-        parts += [s for d in t.volume_dirs if (s := self._fs(d, fs)) is not None]
-        ephemeral = None
-        if parts:
-            ephemeral = FsStats(max(p.time for p in parts), sum(p.used_bytes or 0 for p in parts),
-                                sum(p.inodes_used or 0 for p in parts),
-                                *((fs.capacity_bytes, fs.available_bytes, fs.inodes, fs.inodes_free) if fs else ()))
-        return PodStats(t.namespace, t.name, t.uid, t.start_time, containers, cpu, memory, ephemeral)
+        return PodStats(t.namespace, t.name, t.uid, t.start_time, containers, cpu, memory,
+                        self._ephemeral_of(t, ephemeral))
 
     # ---- the long-lived task ----
     async def run(self, sleep: Sleep = asyncio.sleep) -> None:
