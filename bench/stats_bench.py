@@ -9,7 +9,7 @@ getrusage) over --seconds, as a share of one core; per-pass thread CPU; and, for
 same with no descriptors kept open (statsMaxOpenFiles 0: open/read/close each time), and what
 rendering /metrics/resource and /stats/summary costs per scrape. Everything is removed after.
 
-    .venv/bin/python bench/stats_bench.py [--pods 100] [--seconds 30]
+    .venv/bin/python bench/stats_bench.py [--pods 100] [--seconds 30] [--max-open-files N]
     integration/run-in-uml.sh .venv/bin/python bench/stats_bench.py --seconds 30
 Target: <= 1% of one core for 1 s sampling with 100 pods.
 """
@@ -36,9 +36,9 @@ from agent_proc import MachineLoad, pct
 
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
+from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.stats.prometheus import resource_metrics
 from nodeagent.agent.stats.sampler import Sampler
-from nodeagent.agent.stats.settings import StatsSettings
 from nodeagent.agent.stats.summary import summary
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.core.clock import SystemClock
@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--driver", default="auto", choices=["auto", "v1", "v2"])
+    ap.add_argument("--max-open-files", type=int, default=None,
+                    help="statsMaxOpenFiles for the first run (default: the agent's, half the soft RLIMIT_NOFILE)")
     opts = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: the benchmark makes cgroups")
@@ -129,7 +131,9 @@ def main() -> None:
               f" {opts.pods} pods x {opts.containers} container(s) = {cgroups} cgroups read per pass (with kubepods);"
               f" interval {settings.interval} s, CPU window {settings.cpu_window} s, logs walked every"
               f" {settings.storage_interval} s")
-        for label, budget in (("kept files (default)", None), ("open/read/close each time (statsMaxOpenFiles 0)", 0)):
+        kept = "kept files (default budget)" if opts.max_open_files is None else \
+            f"kept files (statsMaxOpenFiles {opts.max_open_files})"
+        for label, budget in ((kept, opts.max_open_files), ("open/read/close each time (statsMaxOpenFiles 0)", 0)):
             s = StatsSettings(interval=opts.interval, cpu_window=opts.interval, max_open_files=budget)
             sampler = Sampler(driver, lambda: targets, SystemClock(), node_name="bench", nodefs_path=logs, settings=s)
             load = MachineLoad()

@@ -20,9 +20,9 @@ import pytest
 from conftest import cgroup_dirs, cgroup_file
 
 from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
+from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.node.machine import parse_cpu_busy_ns
 from nodeagent.agent.stats.sampler import Sampler
-from nodeagent.agent.stats.settings import StatsSettings
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.agent.stats.values import ContainerStats, PodStats, Snapshot
 from nodeagent.core.clock import SystemClock

@@ -14,14 +14,17 @@ from structlog.testing import capture_logs
 from nodeagent.agent.cgroups.usage import CgroupUsage, UsageFiles, parse_cpu_ns, parse_usage, stat_value
 from nodeagent.agent.cgroups.v1 import CgroupV1Driver
 from nodeagent.agent.cgroups.v2 import CgroupV2Driver
+from nodeagent.agent.config.reload import plan
+from nodeagent.agent.config.settings import parse_config
+from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.node.machine import parse_cpu_busy_ns
 from nodeagent.agent.stats.files import KeptFiles
 from nodeagent.agent.stats.sampler import Sampler
-from nodeagent.agent.stats.settings import StatsSettings
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.agent.stats.values import PodStats, Snapshot
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.errors import FieldError
+from nodeagent.daemonkit.configfile import ConfigError
 
 MI = 1 << 20
 POD = "kubepods/burstable/podu1"
@@ -421,6 +424,30 @@ def test_parse_cpu_busy_ns_refuses_other_files(text: bytes) -> None:
 
 
 # ---- settings and targets ----
+
+
+def test_config_keys_build_the_settings_and_reload_live() -> None:
+    base = parse_config({}, "test")
+    assert base.stats == StatsSettings()
+    new = parse_config({"statsInterval": "500ms", "statsCPURateWindow": "5s", "statsStorageInterval": "0s",
+                        "statsMaxOpenFiles": 64}, "test")
+    assert new.stats == StatsSettings(interval=0.5, cpu_window=5.0, storage_interval=0.0, max_open_files=64)
+    result = plan(base, new)
+    assert set(result.applied) == {"statsInterval", "statsCPURateWindow", "statsStorageInterval", "statsMaxOpenFiles"}
+    assert result.restart_required == []
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"statsInterval": "2s"}, "statsCPURateWindow: must be at least statsInterval (2.0s), got 1.0s"),
+    ({"statsInterval": "10ms"}, "statsInterval: must be at least 0.1s"),
+    ({"statsStorageInterval": "-1s"}, "statsStorageInterval: must not be negative"),
+    ({"statsMaxOpenFiles": -1}, "statsMaxOpenFiles: must not be negative"),
+    ({"statsCpuRateWindow": "1s"}, "statsCpuRateWindow: unknown field"),
+])
+def test_bad_config_keys_are_errors_naming_the_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config(data, "test")
+    assert any(line.startswith(message) for line in e.value.errors), e.value.errors
 
 
 @pytest.mark.parametrize("kwargs, field", [

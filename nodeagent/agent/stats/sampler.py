@@ -21,10 +21,10 @@ import structlog
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.node.procfs import boot_time
 from nodeagent.agent.stats.files import KeptFiles
 from nodeagent.agent.stats.reader import CgroupReading, FilesystemReading, Reader
-from nodeagent.agent.stats.settings import StatsSettings
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.agent.stats.values import (
     ContainerStats,

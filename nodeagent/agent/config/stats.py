@@ -1,4 +1,6 @@
-"""How often the sampler reads and over what window it computes CPU rates (pure, validated)."""
+"""How often the resource-metrics sampler reads and over what window it computes CPU rates
+(pure, validated). Config.stats builds one from the statsInterval, statsCPURateWindow,
+statsStorageInterval and statsMaxOpenFiles keys; the errors name those keys."""
 
 from __future__ import annotations
 
