@@ -139,8 +139,7 @@ def main() -> None:
             load = MachineLoad()
             cpu, wall, passes = asyncio.run(run_for(sampler, opts.seconds))
             costs = pass_costs(sampler, targets, 20)
-            reader = sampler._reader
-            held = len(reader.files) if reader else 0
+            held = sampler.kept_files
             sampler.close()
             snap = sampler.latest
             assert snap is not None

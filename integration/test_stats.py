@@ -207,14 +207,11 @@ def test_kept_files_never_hold_a_cgroup_up(driver: CgroupDriver, spawn: Spawn, p
     sampler = sampler_for(driver, pod, str(tmp_path))
     try:
         sampler.sample([pod])
-        reader = sampler._reader
-        assert reader is not None
-        held = len(reader.files)
-        assert held == 3 * 4 + 2  # pod, two containers, kubepods; /proc/stat and /proc/meminfo
-        opens = reader.files.opens
+        assert sampler.kept_files == 3 * 4 + 2  # pod, two containers, kubepods; /proc/stat and /proc/meminfo
+        opens = sampler.files_opened
         for _ in range(3):
             sampler.sample([pod])
-        assert reader.files.opens == opens  # warm passes open nothing
+        assert sampler.files_opened == opens  # warm passes open nothing
         proc.kill()
         proc.wait()
         driver.kill(POD)
@@ -222,7 +219,7 @@ def test_kept_files_never_hold_a_cgroup_up(driver: CgroupDriver, spawn: Spawn, p
         assert not cgroup_dirs(driver, POD)
         snap = sampler.sample([pod])  # the pod manager has not noticed yet: it still asks
         assert container(snap, "burn").cpu is None and pod_of(snap).memory is None
-        assert len(reader.files) == 3 + 2  # the removed cgroups' descriptors are closed
+        assert sampler.kept_files == 3 + 2  # the removed cgroups' descriptors are closed
         snap = sampler.sample([])
         assert snap.pods == ()
     finally:

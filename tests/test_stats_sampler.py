@@ -20,10 +20,11 @@ from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.node.machine import parse_cpu_busy_ns
 from nodeagent.agent.stats.files import KeptFiles
 from nodeagent.agent.stats.sampler import Sampler
-from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
+from nodeagent.agent.stats.targets import ContainerTarget, PodTarget, pod_target
 from nodeagent.agent.stats.values import PodStats, Snapshot
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.errors import FieldError
+from nodeagent.core.model import parse_pod
 from nodeagent.daemonkit.configfile import ConfigError
 
 MI = 1 << 20
@@ -161,37 +162,31 @@ def test_files_are_opened_once_and_reread(world: World) -> None:
     files_per_pass = 4 * 3 + 2  # 4 cgroups x 3 files, /proc/stat and /proc/meminfo
     for _ in range(5):
         world.step(1.0)
-    reader = world.sampler._reader
-    assert reader is not None
-    assert reader.files.opens == files_per_pass
-    assert len(reader.files) == files_per_pass
+    assert world.sampler.files_opened == files_per_pass
+    assert world.sampler.kept_files == files_per_pass
     world.set(APP, cpu_usec=777_000, memory=3 * MI)  # rewritten in place: the kept descriptor sees it
     app = world.pod(world.step(1.0)).containers[0]
     assert app.cpu is not None and app.cpu.usage_core_nano_seconds == 777_000_000
-    assert reader.files.opens == files_per_pass
+    assert world.sampler.files_opened == files_per_pass
 
 
 def test_beyond_the_budget_files_are_opened_each_time(tmp_path: Path) -> None:
     world = World(tmp_path, budget=5)
     for _ in range(3):
         world.step(1.0)
-    reader = world.sampler._reader
-    assert reader is not None
-    assert len(reader.files) == 5
-    assert reader.files.opens == 5 + 3 * (14 - 5)
+    assert world.sampler.kept_files == 5
+    assert world.sampler.files_opened == 5 + 3 * (14 - 5)
     assert world.pod(world.step(1.0)).cpu is not None
 
 
 def test_a_pod_that_went_away_has_its_files_closed_and_windows_dropped(world: World) -> None:
     world.step(1.0)
-    reader = world.sampler._reader
-    assert reader is not None
-    assert len(reader.files) == 14
+    assert world.sampler.kept_files == 14
     world.targets = []
     snap = world.step(1.0)
     assert snap.pods == ()
-    assert len(reader.files) == 3 * 1 + 2  # kubepods and /proc
-    assert set(world.sampler._windows) == {"kubepods", "/proc/stat"}
+    assert world.sampler.kept_files == 3 * 1 + 2  # kubepods and /proc
+    assert world.sampler.series == {"kubepods", "/proc/stat"}
 
 
 def test_logs_and_ephemeral_storage(world: World) -> None:
@@ -256,7 +251,7 @@ def test_reconfigure_applies_at_the_next_pass(world: World) -> None:
         world.set(APP, cpu_usec=usec, memory=MI)
         app = world.pod(world.step(1.0)).containers[0]
     assert app.cpu is not None and app.cpu.usage_nano_cores == 300_000_000
-    assert world.sampler._windows[APP].span() == pytest.approx(3.0)
+    assert world.sampler.window_span(APP) == pytest.approx(3.0)
 
 
 def test_a_read_failure_is_logged_once_until_it_recovers(world: World) -> None:
@@ -289,8 +284,7 @@ async def test_run_samples_on_schedule_skips_missed_ticks_and_closes_files(world
         await world.sampler.run(sleep=fake_sleep)
     assert world.sampler.passes == stop_after
     assert sleeps == [1.0, 1.0, 1.0, 0.5, 1.0, 1.0]
-    reader = world.sampler._reader
-    assert reader is not None and len(reader.files) == 0
+    assert world.sampler.kept_files == 0
 
 
 async def test_run_survives_a_failing_pass(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -317,6 +311,30 @@ async def test_run_survives_a_failing_pass(world: World, monkeypatch: pytest.Mon
     assert states == [False, True, False]
     assert [e["event"] for e in logs if e["event"].startswith("stats_pass")] == ["stats_pass_failed",
                                                                                    "stats_pass_recovered"]
+
+
+async def test_run_survives_a_failing_targets_provider(world: World) -> None:
+    calls = {"n": 0}
+
+    def targets() -> list[PodTarget]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("the pod table changed under us")
+        return world.targets
+
+    world.sampler.targets = targets
+    states: list[bool] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        states.append(world.sampler.failed)
+        world.clock.advance(seconds)
+        if len(states) == 2:
+            raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        await world.sampler.run(sleep=fake_sleep)
+    assert states == [True, False]
+    assert world.sampler.passes == 1
 
 
 # ---- the drivers' usage files, and parsing them ----
@@ -475,6 +493,32 @@ def test_bad_targets_name_the_field(build: object, field: str) -> None:
     with pytest.raises(FieldError) as e:
         build()  # type: ignore[operator]
     assert e.value.path == field
+
+
+def test_pod_target_follows_the_cgroup_layout() -> None:
+    pod = parse_pod({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "uid": "1234-abcd"},
+        "spec": {"containers": [
+            {"name": "app", "command": ["sleep", "1"],
+             "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}},
+            {"name": "side", "command": ["sleep", "1"]},
+        ]},
+    })
+    t = pod_target(pod, start_time=10.0, container_starts={"app": 12.0},
+                   log_dir=lambda name: f"/var/lib/nodeagent/pods/shop_web_1234-abcd/{name}")
+    assert t == PodTarget("shop", "web", "1234-abcd", "kubepods/burstable/pod1234-abcd", (
+        ContainerTarget("app", "kubepods/burstable/pod1234-abcd/app", start_time=12.0,
+                        log_dir="/var/lib/nodeagent/pods/shop_web_1234-abcd/app", memory_limit=64 * MI),
+        ContainerTarget("side", "kubepods/burstable/pod1234-abcd/side", start_time=None,
+                        log_dir="/var/lib/nodeagent/pods/shop_web_1234-abcd/side"),
+    ), start_time=10.0, memory_limit=None)  # one container without a limit: no pod memory.max
+    guaranteed = parse_pod({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "g", "namespace": "ns", "uid": "u-1"},
+        "spec": {"containers": [{"name": "c", "command": ["sleep", "1"],
+                                 "resources": {"limits": {"cpu": "1", "memory": "128Mi"}}}]},
+    })
+    g = pod_target(guaranteed)
+    assert (g.cgroup, g.memory_limit, g.containers[0].cgroup) == ("kubepods/podu-1", 128 * MI, "kubepods/podu-1/c")
 
 
 def test_kept_files_budget_and_sweep(tmp_path: Path) -> None:

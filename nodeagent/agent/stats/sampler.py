@@ -252,13 +252,15 @@ class Sampler:
         next_at = self.clock.now()
         try:
             while True:
-                targets = tuple(self.targets())
-                future = loop.run_in_executor(None, self.sample, targets)
+                future: asyncio.Future[Snapshot] | None = None
                 try:
+                    targets = tuple(self.targets())  # on the loop: the pod manager's state lives here
+                    future = loop.run_in_executor(None, self.sample, targets)
                     await asyncio.shield(future)
                 except asyncio.CancelledError:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait([future])  # the thread finishes its pass (a few ms) before we close
+                    if future is not None:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait([future])  # the thread finishes its pass (a few ms) before we close
                     raise
                 except Exception as e:  # a broken pass must not end the sampler (logged with its traceback)
                     if not self.failed:
@@ -278,8 +280,29 @@ class Sampler:
             self.close()
 
     def close(self) -> None:
+        """Close the kept descriptors (the next pass, if any, opens them again)."""
         if self._reader is not None:
             self._reader.files.close()
+
+    @property
+    def kept_files(self) -> int:
+        """Descriptors held open for re-reading now."""
+        return len(self._reader.files) if self._reader is not None else 0
+
+    @property
+    def files_opened(self) -> int:
+        """open() calls so far: flat once the files are kept, growing by the overflow otherwise."""
+        return self._reader.files.opens if self._reader is not None else 0
+
+    @property
+    def series(self) -> frozenset[str]:
+        """The counters that have a CPU window (cgroup paths, and NODE_KEY for the machine)."""
+        return frozenset(self._windows)
+
+    def window_span(self, key: str) -> float:
+        """Seconds the CPU rate of `key` spans now (0 without a window)."""
+        window = self._windows.get(key)
+        return window.span() if window is not None else 0.0
 
 
 __all__ = ["NODE_KEY", "PODS_CONTAINER", "Sampler"]

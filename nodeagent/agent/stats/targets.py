@@ -2,14 +2,19 @@
 
 Everything here is derived once when the pod is admitted (cgroup paths from cgroups/layout.py,
 log directories from runtime/logs.py, limits from the pod's resources), except the start times,
-which change when a container (re)starts. The sampler never looks at a Pod object.
+which change when a container (re)starts. The sampler never looks at a Pod object; `pod_target`
+builds a target from one with the same layout functions the pod worker creates the cgroups with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from nodeagent.agent.cgroups import layout
 from nodeagent.core.errors import FieldError
+from nodeagent.core.model import Pod
+from nodeagent.core.qos import qos_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,4 +56,22 @@ class PodTarget:
             raise FieldError("spec.containers", f"names must be unique, got {names}")
 
 
-__all__ = ["ContainerTarget", "PodTarget"]
+def pod_target(pod: Pod, *, start_time: float | None = None,
+               container_starts: Mapping[str, float | None] | None = None,
+               log_dir: Callable[[str], str] | None = None) -> PodTarget:
+    """The target of an admitted pod: its cgroup and its containers' (kubepods/<qos>/pod<uid>/<name>),
+    the memory limits its cgroups get, each container's current start time and log directory
+    (`log_dir(container name)`, e.g. runtime.logs.container_log_dir bound to the pod)."""
+    qos = qos_class(pod)
+    uid = pod.metadata.uid
+    starts = container_starts or {}
+    containers = tuple(
+        ContainerTarget(c.name, layout.container_path(qos, uid, c.name), start_time=starts.get(c.name),
+                        log_dir=log_dir(c.name) if log_dir else None,
+                        memory_limit=layout.container_cgroup_spec(c).memory_max)
+        for c in pod.spec.containers)
+    return PodTarget(pod.metadata.namespace, pod.metadata.name, uid, layout.pod_path(qos, uid), containers,
+                     start_time=start_time, memory_limit=layout.pod_cgroup_spec(pod).memory_max)
+
+
+__all__ = ["ContainerTarget", "PodTarget", "pod_target"]
