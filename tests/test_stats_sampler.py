@@ -267,6 +267,19 @@ def test_a_read_failure_is_logged_once_until_it_recovers(world: World) -> None:
     assert events == ["stats_read_failed", "stats_read_recovered"]
 
 
+def test_a_broken_proc_stat_leaves_the_node_cpu_out_and_is_logged_once(world: World) -> None:
+    with capture_logs() as logs:
+        (world.proc / "stat").write_text("intr 1 2 3\n")
+        first = world.step(1.0).node
+        world.step(1.0)
+        world.write_proc()
+        again = world.step(1.0).node
+    assert first.cpu is None and first.memory is None
+    assert again.cpu is not None and again.memory is not None
+    events = [e["event"] for e in logs if e["event"].startswith("stats_read")]
+    assert events == ["stats_read_failed", "stats_read_recovered"]
+
+
 async def test_run_samples_on_schedule_skips_missed_ticks_and_closes_files(world: World) -> None:
     sleeps: list[float] = []
     stop_after = 6

@@ -119,9 +119,12 @@ class Reader:
             self._failed(path, e)
             return None
         if path in self._failing:
-            self._failing.discard(path)
-            log.info("stats_read_recovered", path=path)
+            self._recovered(path)
         return CgroupReading(mono, wall, usage)
+
+    def _recovered(self, path: str) -> None:
+        self._failing.discard(path)
+        log.info("stats_read_recovered", path=path)
 
     def _failed(self, path: str, error: Exception) -> None:
         if path not in self._failing:
@@ -137,6 +140,8 @@ class Reader:
         except (OSError, ValueError, KeyError) as e:
             self._failed(self.proc_stat, e)
             return None
+        if self.proc_stat in self._failing:
+            self._recovered(self.proc_stat)
         return MachineReading(mono, wall, busy, capacity, max(0, capacity - info.get("MemFree", 0)), working_set,
                               info.get("AnonPages", 0))
 
@@ -146,6 +151,8 @@ class Reader:
         except OSError as e:
             self._failed(path, e)
             return None
+        if path in self._failing:
+            self._recovered(path)
         return FilesystemReading(self.stamp()[1], st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize,
                                  (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files, st.f_ffree)
 

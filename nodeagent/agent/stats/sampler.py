@@ -81,7 +81,7 @@ class Sampler:
         self._pending = settings
 
     def _apply_pending(self) -> None:
-        new, self._pending = self._pending, None
+        new = self._pending  # never cleared: a reconfigure racing this read is applied next pass
         if new is None or new == self.settings:
             return
         old, self.settings = self.settings, new
