@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from fakes import FakeCgroupDriver
 from prometheus_client.parser import text_string_to_metric_families
 
+import nodeagent.agent.api.stats as api_stats
 from nodeagent.agent.api.app import create_app
 from nodeagent.agent.api.stats import add_stats_routes
+from nodeagent.agent.stats.prometheus import resource_metrics
 from nodeagent.agent.stats.sampler import Sampler
 from nodeagent.agent.stats.targets import ContainerTarget, PodTarget
 from nodeagent.agent.stats.values import ContainerStats, CpuStats, FsStats, MemoryStats, NodeStats, PodStats, Snapshot
@@ -79,6 +82,25 @@ async def test_summary_and_only_cpu_and_memory() -> None:
                             ("true&only_cpu_and_memory=true", False)):
             out = await (await c.get(f"/stats/summary?only_cpu_and_memory={query}")).json()
             assert ("logs" not in out["pods"][0]["containers"][0]) is only, query
+
+
+async def test_a_snapshot_is_rendered_once_for_many_scrapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = Fixed(snapshot())
+    renders = {"n": 0}
+
+    def counting(snap: Snapshot | None) -> str:
+        renders["n"] += 1
+        return resource_metrics(snap)
+
+    monkeypatch.setattr(api_stats, "resource_metrics", counting)
+    async with client(source) as c:
+        bodies = [await (await c.get("/metrics/resource")).text() for _ in range(3)]
+        assert renders["n"] == 1 and len(set(bodies)) == 1
+        source.snap = snapshot()  # the next pass: a new snapshot
+        await c.get("/metrics/resource")
+        assert renders["n"] == 2
+        r = await c.get("/stats/summary")
+        assert r.headers["Content-Type"].startswith("application/json")
 
 
 async def test_summary_without_a_snapshot_is_503_with_a_status() -> None:
