@@ -9,6 +9,8 @@ within 10%.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -224,3 +226,50 @@ def test_kept_files_never_hold_a_cgroup_up(driver: CgroupDriver, spawn: Spawn, p
         assert snap.pods == ()
     finally:
         sampler.close()
+
+
+async def test_scraped_counters_give_the_kernel_rate(driver: CgroupDriver, spawn: Spawn, pod: PodTarget,
+                                                     tmp_path: Path) -> None:
+    """The sampler's task behind the real routes: a rate computed as the control plane will, from
+    two scrapes' counters and their millisecond timestamps, matches the kernel's."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from nodeagent.agent.api.stats import add_stats_routes
+
+    def burn_counter(text: str) -> tuple[float, float]:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "container_cpu_usage_seconds_total" and s.labels["container"] == "burn":
+                    assert s.timestamp is not None
+                    return s.value, float(s.timestamp)
+        raise AssertionError("no burn series")
+
+    spawn(BURN, BURN_LOOP)
+    sampler = sampler_for(driver, pod, str(tmp_path))
+    task = asyncio.create_task(sampler.run())
+    app = web.Application()
+    add_stats_routes(app, sampler)
+    try:
+        async with TestClient(TestServer(app, host="127.0.0.1")) as c:
+            await asyncio.sleep(1.2)
+            first = burn_counter(await (await c.get("/metrics/resource")).text())
+            k0, t0 = cpu_ns(driver, BURN), time.monotonic()
+            await asyncio.sleep(3.0)
+            second = burn_counter(await (await c.get("/metrics/resource")).text())
+            k1, t1 = cpu_ns(driver, BURN), time.monotonic()
+            summary = await (await c.get("/stats/summary?only_cpu_and_memory=true")).json()
+        scraped = (second[0] - first[0]) / (second[1] - first[1]) * 1e9  # ns per s
+        kernel = (k1 - k0) / (t1 - t0)
+        print(f"v{driver.version} scraped rate {scraped / 1e6:.1f}m, kernel files {kernel / 1e6:.1f}m")
+        assert second[1] > first[1]
+        assert within(scraped, kernel), (scraped, kernel)
+        (p,) = [p for p in summary["pods"] if p["podRef"]["name"] == "stats"]
+        (burn,) = [c for c in p["containers"] if c["name"] == "burn"]
+        assert within(burn["cpu"]["usageNanoCores"], kernel, rel=0.15), (burn["cpu"], kernel)  # its own 1 s window
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert sampler.kept_files == 0  # the task closed what it held
