@@ -61,11 +61,13 @@ integration-container:
 
 bench: bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling
 
-## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods (as root; prints figures).
+## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods, the CPU cost of 1 s resource
+## sampling over 100 pods (as root; prints figures).
 bench-agent: install
 	$(BIN)/python bench/spawn_bench.py
 	$(BIN)/python bench/pod_start_bench.py
 	$(BIN)/python bench/idle_bench.py
+	$(BIN)/python bench/stats_bench.py
 
 bench-scheduler: install
 	$(BIN)/python bench/scheduler_bench.py

@@ -3,14 +3,20 @@
 FakeCgroupDriver keeps a cgroup tree in memory. Its procs_files() is [], so the process runtime
 starts real (short) processes without joining any cgroup: pod-manager tests run real commands
 as an ordinary user would, while the tree records what the agent asked the kernel for.
+
+Given a `usage_tree` directory, its usage_files() name v2-shaped files there (cpu.stat,
+memory.current, memory.stat per cgroup) that a test writes with set_usage(): the resource-metrics
+reader then reads real files laid out like cgroupfs.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 
 from nodeagent.agent.cgroups.common import normalize_root, split_rel, validate_spec
 from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.usage import UsageFiles
 
 
 class FakeCgroupDriver:
@@ -23,8 +29,9 @@ class FakeCgroupDriver:
     CONTROLLERS = ("cpu", "memory", "pids")
     MOUNT = "/fake-cgroupfs"  # never touched: memory_dir() and hierarchy() only name it
 
-    def __init__(self, root: str = "/") -> None:
+    def __init__(self, root: str = "/", usage_tree: str | None = None) -> None:
         self.root = normalize_root(root)
+        self.usage_tree = usage_tree or "/fake-cgroupfs/unified"
         self.specs: dict[str, CgroupSpec] = {}
         self.killed: list[str] = []
         self.removed: list[str] = []
@@ -91,6 +98,27 @@ class FakeCgroupDriver:
 
     def oom_kill_count(self, path: str) -> int:
         return self.stats(path).oom_kills
+
+    def usage_files(self, path: str) -> UsageFiles:
+        d = os.path.join(self.usage_tree, *split_rel(path))
+        return UsageFiles(version=2, cpu=os.path.join(d, "cpu.stat"), memory=os.path.join(d, "memory.current"),
+                          memory_stat=os.path.join(d, "memory.stat"))
+
+    def set_usage(self, path: str, *, cpu_usec: int = 0, memory: int = 0, inactive_file: int = 0, anon: int = 0,
+                  pgfault: int = 0, pgmajfault: int = 0) -> None:
+        """Write the usage files of `path` under usage_tree as the v2 kernel lays them out."""
+        files = self.usage_files(path)
+        os.makedirs(os.path.dirname(files.memory), exist_ok=True)
+        assert files.cpu is not None
+        with open(files.cpu, "w") as f:
+            f.write(f"usage_usec {cpu_usec}\nuser_usec {cpu_usec // 2}\nsystem_usec {cpu_usec - cpu_usec // 2}\n"
+                    "nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n")
+        with open(files.memory, "w") as f:
+            f.write(f"{memory}\n")
+        with open(files.memory_stat, "w") as f:
+            f.write(f"anon {anon}\nfile {max(0, memory - anon)}\nkernel 4096\nactive_anon {anon}\n"
+                    f"inactive_anon 0\nactive_file 0\ninactive_file {inactive_file}\n"
+                    f"pgfault {pgfault}\npgmajfault {pgmajfault}\n")
 
     def memory_dir(self, path: str) -> str:
         return "/".join(p for p in (self.MOUNT, self.root.strip("/"), self._key(path)) if p)

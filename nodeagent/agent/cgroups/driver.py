@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nodeagent.agent.cgroups.usage import UsageFiles
+
 
 @dataclass(frozen=True)
 class CgroupSpec:
@@ -88,6 +90,11 @@ class CgroupDriver(Protocol):
 
     def oom_kill_count(self, path: str) -> int:
         """The cgroup's cumulative oom_kill counter, subtree included (0 where the kernel does not count)."""
+        ...
+
+    def usage_files(self, path: str) -> UsageFiles:
+        """Where the kernel keeps the cgroup's CPU and memory usage (absolute paths, no I/O): the
+        resource-metrics sampler keeps these files open and re-reads them every interval."""
         ...
 
     def memory_dir(self, path: str) -> str:

@@ -37,6 +37,7 @@ from nodeagent.agent.cgroups.common import (
     write_text,
 )
 from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.usage import UsageFiles
 
 log = structlog.get_logger(__name__)
 
@@ -296,6 +297,15 @@ class CgroupV1Driver:
         d = self.memory_dir(path)
         usage = read_required_int(os.path.join(d, "memory.usage_in_bytes"), f"memory_usage {path}")
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("total_inactive_file", 0)
+
+    def usage_files(self, path: str) -> UsageFiles:
+        """cpuacct.usage (nanoseconds) where a cpuacct hierarchy is mounted, else no CPU figure."""
+        parts = self._parts(path)
+        mem = os.path.join(self.hierarchies["memory"], *parts)
+        acct = self.hierarchies.get("cpuacct")
+        return UsageFiles(version=1, cpu=os.path.join(acct, *parts, "cpuacct.usage") if acct else None,
+                          memory=os.path.join(mem, "memory.usage_in_bytes"),
+                          memory_stat=os.path.join(mem, "memory.stat"))
 
     def memory_dir(self, path: str) -> str:
         return os.path.join(self.hierarchies["memory"], *self._parts(path))

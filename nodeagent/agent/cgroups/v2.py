@@ -34,6 +34,7 @@ from nodeagent.agent.cgroups.common import (
     write_text,
 )
 from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.usage import UsageFiles
 from nodeagent.core.resources import shares_to_cpu_weight
 
 log = structlog.get_logger(__name__)
@@ -222,6 +223,11 @@ class CgroupV2Driver:
         d = self._dir(path)
         usage = read_required_int(os.path.join(d, "memory.current"), f"memory_usage {d}")
         return usage, read_flat_keyed(os.path.join(d, "memory.stat")).get("inactive_file", 0)
+
+    def usage_files(self, path: str) -> UsageFiles:
+        d = self._dir(path)
+        return UsageFiles(version=2, cpu=os.path.join(d, "cpu.stat"), memory=os.path.join(d, "memory.current"),
+                          memory_stat=os.path.join(d, "memory.stat"))
 
     def memory_dir(self, path: str) -> str:
         return self._dir(path)

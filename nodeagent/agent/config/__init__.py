@@ -2,7 +2,8 @@
 and what a reload changes.
 
 settings (the immutable Config, defaults.yaml embedded), thresholds (evictionHard/Soft/...
-parsed, kubelet defaults), reload (what changed, what needs a restart).
+parsed, kubelet defaults), stats (the resource-metrics sampler's intervals and window),
+reload (what changed, what needs a restart).
 
 May import: core, daemonkit.
 """

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from nodeagent.agent.config.stats import StatsSettings
 from nodeagent.agent.config.thresholds import DEFAULT_EVICTION_HARD, IGNORED_SIGNALS, Threshold, parse_thresholds
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.names import validate_dns1123_subdomain
@@ -172,6 +173,15 @@ class Config(BaseModel):
         default=0.0, alias="imageMaximumGCAge")
     image_registries: dict[Annotated[str, AfterValidator(_registry_host)], RegistryConfig] = Field(default_factory=dict)
     image_pull_progress_timeout: Annotated[GoDuration, AfterValidator(positive_duration)] = 300.0
+    # Resource metrics (nodeagent/agent/stats: /metrics/resource, /stats/summary), nodeagent's own
+    # keys (the kubelet leaves these to cAdvisor's flags): one read pass of every pod cgroup per
+    # statsInterval, CPU rates over statsCPURateWindow, log and volume directories walked every
+    # statsStorageInterval, statsMaxOpenFiles descriptors kept for re-reading (null: half the soft
+    # RLIMIT_NOFILE). Checked together by StatsSettings (config/stats.py).
+    stats_interval: GoDuration = 1.0
+    stats_cpu_rate_window: GoDuration = Field(default=1.0, alias="statsCPURateWindow")
+    stats_storage_interval: GoDuration = 10.0
+    stats_max_open_files: int | None = None
 
     @field_validator("api_version")
     @classmethod
@@ -233,6 +243,12 @@ class Config(BaseModel):
     def thresholds(self) -> tuple[Threshold, ...]:
         """The effective eviction thresholds (hard, soft, then allocatableMemory copies)."""
         return tuple(_thresholds_from(self.model_dump(by_alias=True)))
+
+    @property
+    def stats(self) -> StatsSettings:
+        """The resource-metrics sampler's settings; FieldError naming the key if they do not fit."""
+        return StatsSettings(interval=self.stats_interval, cpu_window=self.stats_cpu_rate_window,
+                             storage_interval=self.stats_storage_interval, max_open_files=self.stats_max_open_files)
 
     @property
     def hard_thresholds(self) -> tuple[Threshold, ...]:
@@ -297,6 +313,10 @@ def _cross_checks(config: Config) -> list[FieldError]:
     for host, registry in config.image_registries.items():
         if registry.password_file and not registry.username:
             errors.append(FieldError(f"imageRegistries.{host}.passwordFile", "needs username"))
+    try:
+        config.stats  # noqa: B018 - built for its checks
+    except FieldError as e:
+        errors.append(e)
     auth = config.authentication
     if isinstance(auth, AuthenticationConfig) and auth.client_ca_file and config.tls_cert_file is None:
         errors.append(FieldError("authentication.clientCAFile",

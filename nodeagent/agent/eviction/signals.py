@@ -29,14 +29,9 @@ from nodeagent.agent.eviction.observations import (
     pid_available,
 )
 from nodeagent.agent.node.allocatable import NodeAllocatable
+from nodeagent.agent.node.disk_usage import dir_usage
+from nodeagent.agent.node.machine import meminfo_working_set
 from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
-
-
-def meminfo_working_set(info: dict[str, int]) -> tuple[int, int]:
-    """(capacity, working set) from /proc/meminfo values: usage = total - free, minus inactive file."""
-    total = info["MemTotal"]
-    usage = max(0, total - info.get("MemFree", 0))
-    return total, max(0, usage - info.get("Inactive(file)", 0))
 
 
 def parse_loadavg_tasks(text: str) -> int:
@@ -98,20 +93,6 @@ class NodeObserver:
     def observe(self) -> dict[str, Observation]:
         return make_observations(memory=self.memory(), allocatable_memory=self.allocatable(),
                                  fs=self.filesystems(), pid=self.pids())
-
-
-def dir_usage(path: str) -> tuple[int, int]:
-    """(bytes, inodes) used under a directory (du-like; skips what vanishes meanwhile)."""
-    total = inodes = 0
-    for root, dirs, files in os.walk(path, onerror=lambda e: None):
-        for name in files + dirs:
-            try:
-                st = os.lstat(os.path.join(root, name))
-            except OSError:
-                continue
-            total += st.st_blocks * 512
-            inodes += 1
-    return total, inodes
 
 
 class ContainerPaths(Protocol):

@@ -26,8 +26,11 @@ from nodeagent.agent.node.allocatable import NodeAllocatable
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
 from nodeagent.agent.pods.plan import PodPlan
+from nodeagent.agent.pods.stats_targets import stats_target
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.state import Running
+from nodeagent.agent.stats.targets import PodTarget
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.quantity import Quantity
@@ -219,6 +222,18 @@ class PodManager:
 
     def list_pods(self) -> list[dict[str, Any]]:
         return [w.to_dict() for w in self.pods.values()]
+
+    def stats_targets(self) -> list[PodTarget]:
+        """What the metrics sampler reads this pass: every pod whose cgroups still exist (on the
+        loop, in memory only: the plans plus the containers' current start times)."""
+        out = []
+        for w in self.pods.values():
+            if w.terminal and w.finished:
+                continue  # its cgroups are gone
+            starts = {name: cw.status.state.started_at if isinstance(cw.status.state, Running) else None
+                      for name, cw in w.workers.items()}
+            out.append(stats_target(w.plan, start_time=w.start_time, container_starts=starts))
+        return out
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         w = self.pods.get((namespace, name))
