@@ -40,7 +40,7 @@ BURN_LOOP = ["/bin/sh", "-c", "while :; do :; done"]
 def cpu_ns(driver: CgroupDriver, path: str) -> int:
     """The cgroup's CPU counter as the kernel shows it."""
     if driver.version == 2:
-        with open(cgroup_file(driver, path, "", "cpu.stat")) as f:
+        with open(cgroup_file(driver, path, "cpu", "cpu.stat")) as f:
             usage = dict(line.split() for line in f.read().splitlines())["usage_usec"]
         return int(usage) * 1000
     with open(cgroup_file(driver, path, "cpuacct", "cpuacct.usage")) as f:
