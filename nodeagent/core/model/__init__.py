@@ -20,7 +20,7 @@ from nodeagent.core.model.pod import (
     Toleration,
 )
 from nodeagent.core.model.probe import Probe
-from nodeagent.core.model.validation import default_requests, parse_pod, pod_errors
+from nodeagent.core.model.validation import checked_pod, default_requests, parse_pod, pod_errors
 
 __all__ = [
     "BUILTIN_PRIORITY_CLASSES",
@@ -39,6 +39,7 @@ __all__ = [
     "ResourceRequirements",
     "SecurityContext",
     "Toleration",
+    "checked_pod",
     "default_requests",
     "parse_pod",
     "pod_errors",

@@ -44,6 +44,12 @@ def parse_pod(manifest: Mapping[str, Any]) -> Pod:
         pod = Pod.model_validate(manifest, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise ValidationErrors(_from_pydantic(exc)) from None
+    return checked_pod(pod)
+
+
+def checked_pod(pod: Pod) -> Pod:
+    """The checks and defaults of parse_pod for a model already built (the API server validates
+    the manifest once, and must not pay for a second model_validate)."""
     errors = pod_errors(pod)
     if errors:
         raise ValidationErrors(errors)

@@ -20,7 +20,7 @@ from nodeagent.cluster.registry.catalog import ResourceInfo, Subresource
 from nodeagent.cluster.registry.strategy import Obj, Strategy, get_path
 from nodeagent.cluster.registry.table import AGE, NAME, Column, age
 from nodeagent.core.errors import FieldError, ValidationErrors
-from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.model import Pod, checked_pod, parse_pod
 from nodeagent.core.names import invalid
 from nodeagent.core.qos import qos_class
 
@@ -31,17 +31,20 @@ DEFAULT_GRACE = 30
 _MUTABLE_CONTAINER = ("image", "imagePullPolicy")  # the pull policy follows a new image's default
 
 
-def _strip_unknown(manifest: Obj) -> Obj:
-    """The manifest without the fields the model does not know (their fate is field validation's)."""
-    data = copy.deepcopy(manifest)
+def _strip_unknown(manifest: Obj) -> tuple[Obj, Pod | None]:
+    """The manifest without the fields the model does not know (their fate is field validation's),
+    and the model built from it when it validated. The manifest is copied only when there is
+    something to strip, so the common case costs one model_validate and no copy."""
+    data = manifest
     for _ in range(4):
         try:
-            Pod.model_validate(data, by_alias=True, by_name=False)
-            return data
+            return data, Pod.model_validate(data, by_alias=True, by_name=False)
         except ValidationError as exc:
             extra = [e["loc"] for e in exc.errors(include_url=False) if e["type"] == "extra_forbidden"]
             if not extra:
-                return data
+                return data, None
+            if data is manifest:
+                data = copy.deepcopy(manifest)
             for loc in extra:
                 cur: Any = data
                 try:
@@ -49,8 +52,8 @@ def _strip_unknown(manifest: Obj) -> Obj:
                         cur = cur[part]
                     cur.pop(loc[-1], None)
                 except (KeyError, IndexError, TypeError, AttributeError):
-                    return data
-    return data
+                    return data, None
+    return data, None
 
 
 class PodStrategy(Strategy):
@@ -116,15 +119,16 @@ class PodStrategy(Strategy):
         if self._last is not None and self._last[0] == key and self._last[1] is obj.get("spec"):
             return self._last[2]
         result: Pod | list[FieldError]
+        view, model = self._model_view(obj)
         try:
-            result = parse_pod(self._model_view(obj))
+            result = parse_pod(view) if model is None else checked_pod(model)
         except ValidationErrors as e:
             result = [x for x in e.errors if not x.path.startswith("metadata.")]
         self._last = (key, obj.get("spec"), result)
         return result
 
     @staticmethod
-    def _model_view(obj: Obj) -> Obj:
+    def _model_view(obj: Obj) -> tuple[Obj, Pod | None]:
         meta = {k: v for k, v in (obj.get("metadata") or {}).items()
                 if k in ("name", "namespace", "uid", "labels", "annotations")}
         return _strip_unknown({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": obj.get("spec")})
