@@ -14,6 +14,7 @@ time and then asserts.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import socket
@@ -167,14 +168,18 @@ class AgentProcess:
 
     # -- lifecycle --
 
-    def start(self) -> None:
+    def start(self, fault: str | None = None) -> None:
+        """Start and wait for /healthz; `fault` arms NODEAGENT_FAULT (daemonkit/faults.py) in the agent."""
         assert self.proc is None or self.proc.poll() is not None, "agent already running"
         ensure_loopback_up()
+        env = {k: v for k, v in os.environ.items() if k != "NODEAGENT_FAULT"}
+        if fault:
+            env["NODEAGENT_FAULT"] = fault
         with open(self.log_path, "ab") as log:
-            log.write(b"---- agent start ----\n")
+            log.write(f"---- agent start (fault {fault}) ----\n".encode())
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "nodeagent", "run", "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:

@@ -35,6 +35,7 @@ from kernel_view import container_id_parts, cpu_is, expect_cpu, expect_memory, i
 
 from nodeagent.agent.node.procfs import has_cap_sys_resource
 from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.pods.journal import CheckpointJournal
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.core.model import parse_pod
 from nodeagent.core.qos import is_node_critical, oom_score_adj, qos_class
@@ -347,7 +348,7 @@ def _starts(path: Path) -> int:
 
 
 def _checkpointed(agent: AgentProcess, name: str, pid: int) -> bool:
-    record = CheckpointStore(agent.state_dir).load("default", name)
+    record = CheckpointJournal(CheckpointStore(agent.state_dir)).read().get(("default", name))
     return record is not None and record.containers[0].pid == pid
 
 

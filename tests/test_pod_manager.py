@@ -20,7 +20,8 @@ from fakes import FakeCgroupDriver
 
 from nodeagent.agent.api.backend import AdmissionError, AlreadyExists
 from nodeagent.agent.cgroups.driver import CgroupSpec
-from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.pods.checkpoint import CheckpointStore, PodCheckpoint
+from nodeagent.agent.pods.journal import CheckpointJournal
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
 from nodeagent.agent.runtime.backoff import CrashBackoff
@@ -61,6 +62,11 @@ def make_manager(state_dir: Path, driver: FakeCgroupDriver, *, max_pods: int = 1
                          max_pods=max_pods)
     manager.setup_cgroups()
     return manager
+
+
+def durable(state_dir: Path, name: str, namespace: str = "default") -> PodCheckpoint | None:
+    """The pod's record as a restarted agent would load it now (per-pod file + journal)."""
+    return CheckpointJournal(CheckpointStore(state_dir)).read().get((namespace, name))
 
 
 @pytest.fixture
@@ -234,7 +240,7 @@ async def test_delete_terms_then_kills_after_grace_and_forgets_the_pod(tmp_path:
                                       uid=uid))
     pid = await until(lambda: pid_of(manager, "stubborn"), what="a pid")
     await until(ready.exists, what="the trap")
-    await until(lambda: CheckpointStore(tmp_path).load("default", "stubborn"), what="a checkpoint")
+    await until(lambda: durable(tmp_path, "stubborn"), what="a checkpoint")
     t0 = time.monotonic()
     out = await manager.delete_pod("default", "stubborn", 1)
     assert out is not None and "deletionTimestamp" in out["metadata"]
@@ -242,7 +248,7 @@ async def test_delete_terms_then_kills_after_grace_and_forgets_the_pod(tmp_path:
     assert time.monotonic() - t0 >= 0.9, "killed before its grace period"
     await until(lambda: manager.get_pod("default", "stubborn") is None, what="the pod to be removed")
     await manager.flush()
-    assert CheckpointStore(tmp_path).load("default", "stubborn") is None
+    assert durable(tmp_path, "stubborn") is None
     assert f"kubepods/besteffort/pod{uid}" in driver.removed
     assert not [p for p in driver.specs if uid in p]
     assert await manager.delete_pod("default", "stubborn", 0) is None
@@ -269,7 +275,8 @@ async def test_second_manager_adopts_running_pods_and_restarts_the_dead(tmp_path
     first = make_manager(tmp_path, driver)
     for name, policy in (("keep", "Always"), ("died", "Always"), ("never", "Never")):
         await first.create_pod(manifest(name, restart=policy))
-    pids = {n: await until(lambda n=n: pid_of(first, n), what=f"{n}'s pid") for n in ("keep", "died", "never")}
+    pids = {n: await until(lambda n=n: status(first, n).get("containerID") and pid_of(first, n), what=f"{n} running")
+            for n in ("keep", "died", "never")}
     ids = {n: status(first, n)["containerID"] for n in pids}
     await first.detach_all()  # agent shutdown: checkpoint, let go, leave them running
     assert all(alive(p) for p in pids.values())
@@ -351,3 +358,202 @@ async def test_corrupt_checkpoint_is_reported_and_the_rest_restored(tmp_path: Pa
         assert [p["metadata"]["name"] for p in second.list_pods()] == ["good"]
     finally:
         await stop_all(second)
+
+
+# ---- durability (journal.py): what a 2xx promised survives a restart ----
+
+
+class ProcsDriver(FakeCgroupDriver):
+    """The fake tree, plus processes the test says are in a cgroup (what a restart finds there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.procs: dict[str, list[int]] = {}
+
+    def pids(self, path: str) -> list[int]:
+        return list(self.procs.get(self._key(path), []))
+
+
+async def crash(m: PodManager) -> None:
+    """What SIGKILL leaves: the processes run on, nothing more is written (pending writes finish)."""
+    await m._tasks.close()
+    await asyncio.gather(*(w.detach() for w in m.pods.values()))
+    if m._saver is not None:
+        m._saver.cancel()
+    await m.journal.close()
+
+
+async def test_create_is_durable_before_it_returns_and_before_its_first_process(tmp_path: Path,
+                                                                                driver: FakeCgroupDriver) -> None:
+    m = make_manager(tmp_path, driver)
+    started_at_sync: list[list[bool]] = []
+    m.journal._sync = lambda fd: (started_at_sync.append([w.started for w in m.pods.values()]), os.fdatasync(fd))[1]
+    try:
+        await m.create_pod(manifest("one"))
+        assert durable(tmp_path, "one") is not None
+        assert started_at_sync[0] == [False], "the record was fsynced before anything started"
+    finally:
+        await stop_all(m)
+
+
+async def test_concurrent_creates_share_a_group_commit(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    m = make_manager(tmp_path, driver, max_pods=30)
+
+    def slow(fd: int) -> None:
+        time.sleep(0.05)
+        os.fdatasync(fd)
+
+    m.journal._sync = slow
+    try:
+        await asyncio.gather(*(m.create_pod(manifest(f"p{i}")) for i in range(20)))
+        creates = m.journal.stats.sizes[:3]
+        assert m.journal.stats.batches < 20 and max(creates) >= 10, m.journal.stats.sizes
+        assert all(durable(tmp_path, f"p{i}") for i in range(20))
+    finally:
+        await stop_all(m)
+
+
+async def test_a_create_that_cannot_be_recorded_is_refused_and_leaves_nothing(tmp_path: Path,
+                                                                            driver: FakeCgroupDriver) -> None:
+    from nodeagent.agent.pods.errors import DurabilityError
+
+    m = make_manager(tmp_path, driver)
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    m.journal._sync = full
+    uid = str(uuid.uuid4())
+    with pytest.raises(DurabilityError, match="No space left on device"):
+        await m.create_pod(manifest("nospace", uid=uid))
+    assert m.get_pod("default", "nospace") is None
+    assert not [p for p in driver.specs if uid in p], "no cgroup made"
+    assert durable(tmp_path, "nospace") is None
+    m.journal._sync = os.fdatasync
+    await m.create_pod(manifest("nospace", uid=uid))  # the name and resources were given back
+    await stop_all(m)
+
+
+async def test_a_recorded_delete_is_carried_on_by_the_next_agent(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    ready = tmp_path / "ready"
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("stubborn", f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done"))
+    pid = await until(lambda: pid_of(first, "stubborn"), what="a pid")
+    await until(ready.exists, what="the trap")
+    t0 = time.monotonic()
+    await first.delete_pod("default", "stubborn", 2)
+    rec = durable(tmp_path, "stubborn")
+    assert rec is not None and rec.deletion is not None and rec.deletion.grace_period == 2.0
+    await crash(first)  # the agent dies during the grace period
+    assert alive(pid)
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        assert second.get_pod("default", "stubborn")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+        await until(lambda: not alive(pid), 6, "the kill at the recorded deadline")
+        assert time.monotonic() - t0 >= 1.9, "the grace period was not cut short"
+        await until(lambda: second.get_pod("default", "stubborn") is None, what="the pod to be removed")
+        await second.flush()
+        assert durable(tmp_path, "stubborn") is None
+    finally:
+        await stop_all(second)
+    try:
+        os.waitpid(pid, 0)  # still our child in this test process
+    except ChildProcessError:
+        pass
+
+
+async def test_a_deleted_pod_never_starts_again(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    """The container had exited (Always) when the agent died right after the delete's 200."""
+    runs = tmp_path / "runs"
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("gone", f"echo run >> {runs}; exec sleep 30"))
+    pid = await until(lambda: pid_of(first, "gone"), what="a pid")
+    await first.delete_pod("default", "gone", 30)
+    await crash(first)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        await until(lambda: second.get_pod("default", "gone") is None, what="the pod to be removed")
+        await asyncio.sleep(0.2)
+        assert runs.read_text() == "run\n"
+    finally:
+        await stop_all(second)
+
+
+async def test_a_process_spawned_before_its_pid_was_recorded_is_adopted_not_started_again(tmp_path: Path) -> None:
+    driver = ProcsDriver()
+    runs = tmp_path / "runs"
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("once", f"echo run >> {runs}; exec sleep 30"))
+    pid = await until(lambda: pid_of(first, "once"), what="a pid")
+    await first.flush()
+    await crash(first)
+    # the journal as it was between the spawn and the pid's record: the create's record alone
+    rec = durable(tmp_path, "once")
+    assert rec is not None
+    store = CheckpointStore(tmp_path)
+    journal = CheckpointJournal(store)
+    journal.load_all()
+    from dataclasses import replace as dc_replace
+    await journal.put(dc_replace(rec, containers=()))
+    await journal.close()
+    worker_path = f"{rec.manifest['metadata']['uid']}"
+    path = next(p for p in driver.specs if worker_path in p and p.endswith("/main"))
+    driver.procs[path] = [pid]
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        assert pid_of(second, "once") == pid
+        await asyncio.sleep(0.2)
+        assert runs.read_text() == "run\n"
+        assert status(second, "once")["state"].get("running")
+    finally:
+        await stop_all(second)
+
+
+async def test_crash_backoff_and_restart_count_survive_a_restart(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    env = PodEnv(driver=driver, state_dir=str(tmp_path), memory_capacity=4 * GI, clock=SystemClock(),
+                 backoff_factory=lambda: CrashBackoff(initial=20, maximum=300))
+
+    def slow_manager() -> PodManager:
+        m = make_manager(tmp_path, driver)
+        m.env = env
+        return m
+
+    first = slow_manager()
+    await first.create_pod(manifest("loop", "exit 1"))
+    await until(lambda: status(first, "loop")["state"].get("waiting", {}).get("reason") == "CrashLoopBackOff",
+                what="the back-off")
+    assert status(first, "loop")["restartCount"] == 1
+    await first.detach_all()
+    second = slow_manager()
+    try:
+        await second.restore()
+        await asyncio.sleep(0.3)  # a reset back-off would restart it at once
+        cs = status(second, "loop")
+        assert cs["restartCount"] == 1 and cs["state"]["waiting"]["reason"] == "CrashLoopBackOff", cs
+        assert second.pods[("default", "loop")].workers["main"].backoff.current() == 20
+    finally:
+        await stop_all(second)
+
+
+async def test_the_cgroup_of_a_recorded_pod_that_cannot_be_planned_is_kept(tmp_path: Path,
+                                                                           driver: FakeCgroupDriver) -> None:
+    first = make_manager(tmp_path, driver)
+    uid = str(uuid.uuid4())
+    await first.create_pod(manifest("odd", uid=uid))
+    pid = await until(lambda: pid_of(first, "odd"), what="a pid")
+    await first.detach_all()
+    second = make_manager(tmp_path, driver)
+    second.env = PodEnv(driver=driver, state_dir=str(tmp_path), memory_capacity=4 * GI, clock=SystemClock(),
+                        clamp_oom_score_adj=lambda adj: (_ for _ in ()).throw(ValueError("cannot plan")))
+    try:
+        problems = await second.restore()
+        assert any("cannot plan" in p for p in problems)
+        assert f"kubepods/besteffort/pod{uid}" not in driver.killed
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

@@ -29,6 +29,8 @@ from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.core.clock import Clock
 
+CHECKPOINT_PROBLEMS_ANNOTATION = "nodeagent.io/checkpoint-problems"
+
 
 class Backend(AgentBackend, SnapshotProvider):
     def __init__(self, *, pods: PodManager, reporter: NodeReporter, static: StaticPodSync, events: EventRecorder,
@@ -42,7 +44,11 @@ class Backend(AgentBackend, SnapshotProvider):
 
     # ---- AgentBackend ----
     def node(self) -> dict[str, Any]:
-        return self.reporter.node()
+        node = self.reporter.node()
+        problems = self.pods.restore_problems
+        if problems:  # checkpoints found unreadable at the last start (moved aside): an operator must know
+            node["metadata"].setdefault("annotations", {})[CHECKPOINT_PROBLEMS_ANNOTATION] = "\n".join(problems)
+        return node
 
     def list_pods(self) -> list[dict[str, Any]]:
         return self.pods.list_pods() + self.static.error_entries()
@@ -77,6 +83,9 @@ class Backend(AgentBackend, SnapshotProvider):
             signals=signal_samples(observations),
             thresholds=threshold_samples(self.eviction.thresholds, observations),
             conditions=self.eviction.conditions,
+            checkpoint_problems=len(self.pods.restore_problems),
+            journal_commits=self.pods.journal.stats.commits,
+            journal_batches=self.pods.journal.stats.batches,
         )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists
+from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists, DurabilityError
 from nodeagent.agent.api.metrics import Metrics
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE
@@ -114,6 +114,8 @@ async def create_pod(request: web.Request) -> web.Response:
         raise StatusError(422, e.message, reason=e.reason, name=name or None) from None
     except AlreadyExists as e:
         raise StatusError(409, str(e), name=e.name) from None
+    except DurabilityError as e:
+        raise StatusError(500, str(e), reason="InternalError", name=name or None) from None
     return web.json_response(pod, status=201)
 
 
@@ -128,7 +130,10 @@ async def get_pod(request: web.Request) -> web.Response:
 async def delete_pod(request: web.Request) -> web.Response:
     ns, name = request.match_info["ns"], request.match_info["name"]
     grace = _int_param(request, "gracePeriodSeconds")
-    pod = await _backend(request).delete_pod(ns, name, grace)
+    try:
+        pod = await _backend(request).delete_pod(ns, name, grace)
+    except DurabilityError as e:
+        raise StatusError(500, str(e), reason="InternalError", name=name) from None
     if pod is None:
         raise _not_found(ns, name)
     return web.json_response(pod)

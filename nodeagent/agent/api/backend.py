@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
+from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
 
-__all__ = ["AdmissionError", "AgentBackend", "AlreadyExists"]
+__all__ = ["AdmissionError", "AgentBackend", "AlreadyExists", "DurabilityError"]
 
 
 class AgentBackend(Protocol):

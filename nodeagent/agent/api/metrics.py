@@ -76,6 +76,9 @@ class NodeSnapshot:
     signals: Mapping[str, SignalSample] = field(default_factory=dict)
     thresholds: Sequence[ThresholdSample] = ()
     conditions: Iterable[str] = ()  # the pressure conditions that are true now
+    checkpoint_problems: int = 0  # checkpoints found unreadable (and moved aside) at the last start
+    journal_commits: int = 0  # pod records made durable
+    journal_batches: int = 0  # ... in this many group commits (fdatasyncs)
 
 
 class SnapshotProvider(Protocol):
@@ -154,6 +157,19 @@ class SnapshotCollector(Collector):
         yield from self._node(snap)
         yield from self._pods(snap)
         yield from self._eviction(snap)
+        yield from self._checkpoints(snap)
+
+    def _checkpoints(self, snap: NodeSnapshot) -> Iterator[Metric]:
+        g = GaugeMetricFamily("nodeagent_checkpoint_problems",
+                              "Pod checkpoints found unreadable at the last start (moved aside, see the node's "
+                              "nodeagent.io/checkpoint-problems annotation).")
+        g.add_metric([], snap.checkpoint_problems)
+        yield g
+        yield CounterMetricFamily("nodeagent_checkpoint_records", "Pod records made durable.",
+                                  value=snap.journal_commits)
+        yield CounterMetricFamily("nodeagent_checkpoint_group_commits",
+                                  "Group commits (one fdatasync each) that made them durable.",
+                                  value=snap.journal_batches)
 
     def _node(self, snap: NodeSnapshot) -> Iterator[Metric]:
         for name, values in (("capacity", snap.capacity), ("allocatable", snap.allocatable)):

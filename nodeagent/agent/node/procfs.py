@@ -48,6 +48,12 @@ def parent_pid(pid: int) -> int | None:
     return int(fields[4 - 3]) if fields is not None else None
 
 
+def session_id(pid: int) -> int | None:
+    """Field 6 of /proc/<pid>/stat; None if no such process."""
+    fields = _stat_fields(pid)
+    return int(fields[6 - 3]) if fields is not None else None
+
+
 def is_same_process(pid: int, start_time: int) -> bool:
     """True while `pid` still names the process that had `start_time` (PIDs get reused)."""
     return process_start_time(pid) == start_time

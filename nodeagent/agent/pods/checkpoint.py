@@ -54,6 +54,21 @@ class ContainerCheckpoint:
     start_time: float | None = None
     restart_count: int = 0
     last_state: Mapping[str, Any] = field(default_factory=dict)
+    backoff: tuple[float, float] | None = None  # CrashBackoff (delay s, last restart as wall time)
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A termination the agent promised (a 200 to a DELETE, or an eviction): carried on after a restart.
+
+    `deadline` is the wall time the grace period ends; `remove` says the pod leaves the list once stopped
+    (a delete) rather than staying as Failed (an eviction)."""
+
+    grace_period: float
+    deadline: float
+    remove: bool = True
+    reason: str | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,7 @@ class PodCheckpoint:
     uid: str
     manifest: Mapping[str, Any]
     containers: tuple[ContainerCheckpoint, ...] = ()
+    deletion: Deletion | None = None
 
     def container(self, name: str) -> ContainerCheckpoint | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -86,14 +102,45 @@ def filename_for(namespace: str, name: str) -> str:
     return base + ".json"
 
 
-def _encode(record: PodCheckpoint) -> bytes:
-    data = {
+def record_to_data(record: PodCheckpoint) -> dict[str, Any]:
+    """The record as plain JSON values (the per-pod file's and the journal's payload)."""
+    data: dict[str, Any] = {
         "namespace": record.namespace, "name": record.name, "uid": record.uid,
         "manifest": record.manifest,
         "containers": [{"name": c.name, "pid": c.pid, "startTime": c.start_time,
-                        "restartCount": c.restart_count, "lastState": c.last_state}
+                        "restartCount": c.restart_count, "lastState": c.last_state,
+                        **({"backoff": list(c.backoff)} if c.backoff else {})}
                        for c in record.containers],
     }
+    d = record.deletion
+    if d is not None:
+        data["deletion"] = {"gracePeriodSeconds": d.grace_period, "deadline": d.deadline, "remove": d.remove,
+                            "reason": d.reason, "message": d.message}
+    return data
+
+
+def record_from_data(data: Any) -> PodCheckpoint:
+    """Inverse of record_to_data; ValueError naming the defect."""
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed record: data is {type(data).__name__}, not an object")
+    try:
+        containers = tuple(
+            ContainerCheckpoint(name=c["name"], pid=c["pid"], start_time=c["startTime"],
+                                restart_count=int(c["restartCount"]), last_state=c["lastState"],
+                                backoff=(float(c["backoff"][0]), float(c["backoff"][1])) if c.get("backoff") else None)
+            for c in data["containers"])
+        d = data.get("deletion")
+        deletion = None if d is None else Deletion(
+            grace_period=float(d["gracePeriodSeconds"]), deadline=float(d["deadline"]), remove=bool(d["remove"]),
+            reason=d.get("reason"), message=d.get("message"))
+        return PodCheckpoint(namespace=data["namespace"], name=data["name"], uid=str(data["uid"]),
+                             manifest=data["manifest"], containers=containers, deletion=deletion)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(f"malformed record: {type(e).__name__}: {e}") from None
+
+
+def _encode(record: PodCheckpoint) -> bytes:
+    data = record_to_data(record)
     body = json.dumps(data, sort_keys=True, separators=(",", ":"))
     checksum = hashlib.sha256(body.encode()).hexdigest()
     return json.dumps({"version": FORMAT_VERSION, "checksum": checksum, "data": data},
@@ -112,17 +159,7 @@ def _decode(raw: bytes) -> PodCheckpoint:
     body = json.dumps(data, sort_keys=True, separators=(",", ":"))
     if hashlib.sha256(body.encode()).hexdigest() != doc.get("checksum"):
         raise ValueError("checksum mismatch")
-    if not isinstance(data, dict):
-        raise ValueError(f"malformed record: data is {type(data).__name__}, not an object")
-    try:
-        containers = tuple(
-            ContainerCheckpoint(name=c["name"], pid=c["pid"], start_time=c["startTime"],
-                            restart_count=int(c["restartCount"]), last_state=c["lastState"])
-            for c in data["containers"])
-        return PodCheckpoint(namespace=data["namespace"], name=data["name"], uid=str(data["uid"]),
-                         manifest=data["manifest"], containers=containers)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"malformed record: {type(e).__name__}: {e}") from None
+    return record_from_data(data)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -169,6 +206,10 @@ class CheckpointStore:
         except FileNotFoundError:
             return None
         return _decode(raw)
+
+    def load_path(self, path: Path) -> PodCheckpoint:
+        """The record in one file of the directory; ValueError if it is corrupt."""
+        return _decode(path.read_bytes())
 
     def delete(self, namespace: str, name: str) -> bool:
         """Remove the pod's checkpoint (pod removed); False if there was none."""

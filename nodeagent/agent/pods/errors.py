@@ -19,3 +19,7 @@ class AlreadyExists(Exception):
         super().__init__(f'pods "{name}" already exists in namespace "{namespace}"')
         self.namespace = namespace
         self.name = name
+
+
+class DurabilityError(Exception):
+    """The pod's record could not be made durable (disk full, I/O error): nothing was promised (500)."""

@@ -6,6 +6,16 @@ once (kubepods and its QoS tiers) and the QoS tiers' weights follow the pods as 
 A reload reaches it through `reconfigure`. Its background work (checkpoint writes, stopping pods)
 runs as guarded tasks (daemonkit/tasks.py).
 
+Durability (the promises of a 2xx), through the group-committed journal (journal.py):
+- a create is answered only once the pod's record is on disk, and its first process starts only
+  then; the pod holds its name and resources meanwhile, so concurrent creates share one fsync;
+- a delete's intent (grace period, deadline) is on disk before its 200; a restarted agent carries
+  the termination on with the grace that is left, and never starts a container of that pod;
+- a restored container whose process no record names is looked for in its cgroup and adopted
+  (worker.py, runtime/adoption.py); only cgroups of pods no record names are orphans.
+A record that cannot be written is a DurabilityError (the API answers 500 naming the cause) and
+nothing of the pod is left behind.
+
 Progress, for the watchdog (daemonkit/progress.py): one checkpoint write (fsync included) is a
 step bounded by CHECKPOINT_STEP_S.
 """
@@ -23,18 +33,21 @@ from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.agent.config.settings import Config
 from nodeagent.agent.node.allocatable import NodeAllocatable
-from nodeagent.agent.pods.checkpoint import CheckpointStore
-from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists
+from nodeagent.agent.pods.checkpoint import CheckpointStore, Deletion
+from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
+from nodeagent.agent.pods.journal import CheckpointJournal
 from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.pods.stats_targets import stats_target
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.adoption import scan_shims
 from nodeagent.agent.runtime.state import Running
 from nodeagent.agent.stats.targets import PodTarget
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.quantity import Quantity
 from nodeagent.core.resources import fits
+from nodeagent.daemonkit import faults
 from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
@@ -47,7 +60,7 @@ class PodManager:
     def __init__(
         self,
         env: PodEnv,
-        checkpoints: CheckpointStore,
+        checkpoints: CheckpointStore | CheckpointJournal,
         *,
         allocatable: Mapping[str, Quantity],
         enforced_allocatable: Mapping[str, Quantity] | None,
@@ -58,7 +71,9 @@ class PodManager:
         """`kubepods_memory_high`: the memory.high the eviction wake-ups keep on kubepods now, so a
         rewrite of kubepods' limits keeps it."""
         self.env = env
-        self.checkpoints = checkpoints
+        self.journal = checkpoints if isinstance(checkpoints, CheckpointJournal) else CheckpointJournal(checkpoints)
+        self.checkpoints = self.journal.store
+        self.restore_problems: list[str] = []  # what restore() found unreadable (node status, /metrics)
         self.allocatable = dict(allocatable)
         self.enforced_allocatable = dict(enforced_allocatable) if enforced_allocatable else None
         self.max_pods = max_pods
@@ -70,6 +85,7 @@ class PodManager:
         self._tasks = GuardedTasks("pods")  # checkpoint writes, pods stopping
         self._lock = asyncio.Lock()
         self._qos_applied: dict[str, CgroupSpec] = {}
+        self._recorded_uids: set[str] = set()  # every uid restore() read, even of a record it could not plan
 
     # ---- setup ----
     def setup_cgroups(self) -> None:
@@ -103,8 +119,10 @@ class PodManager:
 
     async def restore(self) -> list[str]:
         """Re-adopt pods from the checkpoints; remove cgroups of pods nobody knows. Problems as text."""
-        records, problems = await asyncio.to_thread(self.checkpoints.load_all)
+        records, problems = await asyncio.to_thread(self.journal.load_all)
         messages = [f"{p.path}: {p.reason}" for p in problems]
+        shims = await asyncio.to_thread(scan_shims)  # before anything new is spawned
+        self._recorded_uids = {r.uid for r in records}
         for record in records:
             try:
                 pod = parse_pod(dict(record.manifest))
@@ -115,15 +133,21 @@ class PodManager:
                 continue
             worker = PodWorker(plan, self.env, self._changed)
             self.pods[(pod.metadata.namespace, pod.metadata.name)] = worker
-            worker.start(record)
-            log.info("pod_restored", pod=pod.key, uid=pod.metadata.uid)
+            worker.start(record, shims)
+            log.info("pod_restored", pod=pod.key, uid=pod.metadata.uid,
+                     deleting=record.deletion is not None)
+            d = record.deletion
+            if d is not None:  # a promised termination: carried on with the grace that is left
+                left = max(0.0, d.deadline - self.env.clock.wall())
+                self.terminate(worker, left, remove=d.remove, reason=d.reason, message=d.message)
         self.update_qos_cgroups()
         self.remove_orphan_cgroups()
+        self.restore_problems = messages
         return messages
 
     def remove_orphan_cgroups(self) -> list[str]:
-        """Pod cgroups under kubepods whose uid no admitted pod has: kill and remove them."""
-        known = {w.pod.metadata.uid for w in self.pods.values()}
+        """Pod cgroups under kubepods whose uid no admitted pod and no record has: kill and remove them."""
+        known = {w.pod.metadata.uid for w in self.pods.values()} | self._recorded_uids
         removed = []
         driver = self.env.driver
         for parent in layout.QOS_PARENTS:
@@ -150,17 +174,22 @@ class PodManager:
             self._saver = self._tasks.start(self._save_dirty(), name="checkpoints")
 
     async def _save_dirty(self) -> None:
+        """Every dirty pod's record in one group commit, until nothing is dirty."""
         while self._dirty:
-            key = self._dirty.pop()
-            worker = self.pods.get(key)
-            try:
-                with self._step(f"checkpoint of pod {'/'.join(key)}", CHECKPOINT_STEP_S):
-                    if worker is None or (worker.terminal and worker.finished and worker.deletion_time):
-                        await asyncio.to_thread(self.checkpoints.delete, *key)
-                    else:
-                        await asyncio.to_thread(self.checkpoints.save, worker.record())
-            except (OSError, ValueError) as e:
-                log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
+            keys, self._dirty = self._dirty, set()
+            await asyncio.gather(*(self._save(key) for key in keys))
+
+    async def _save(self, key: tuple[str, str]) -> None:
+        worker = self.pods.get(key)
+        try:
+            with self._step(f"checkpoint of pod {'/'.join(key)}", CHECKPOINT_STEP_S):
+                if worker is None or (worker.terminal and worker.finished and worker.deletion is not None
+                                      and worker.deletion.remove):
+                    await self.journal.delete(*key)
+                elif worker.started:  # a pod being created is recorded by create_pod itself
+                    await self.journal.put(worker.record())
+        except (OSError, ValueError) as e:
+            log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
 
     def _step(self, what: str, bound: float) -> contextlib.AbstractContextManager[None]:
         steps = self.env.steps
@@ -198,6 +227,7 @@ class PodManager:
                 raise AdmissionError(*refused)
 
     async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Admit, record durably (group commit), then start: answered once the record is on disk."""
         pod = parse_pod(manifest)
         async with self._lock:
             key = (pod.metadata.namespace, pod.metadata.name)
@@ -206,18 +236,30 @@ class PodManager:
             plan = self._plan(pod)
             self.admit(plan)
             worker = PodWorker(plan, self.env, self._changed)
-            self.pods[key] = worker
-            try:
-                worker.start()
-            except (OSError, ValueError) as e:
+            self.pods[key] = worker  # holds the name and the resources while the record is written
+        try:
+            with self._step(f"checkpoint of pod {pod.key}", CHECKPOINT_STEP_S):
+                await self.journal.put(worker.record())
+        except OSError as e:
+            if self.pods.get(key) is worker:
                 del self.pods[key]
-                worker.remove_cgroups()
-                log.error("pod_start_failed", pod=pod.key, error=str(e))
-                raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
-            self.update_qos_cgroups()
-        await asyncio.sleep(0)  # let the container tasks take their first step: the spawn
+            log.error("pod_record_failed", pod=pod.key, error=str(e))
+            raise DurabilityError(f"cannot record pod {pod.key} in {self.checkpoints.directory}: {e}") from e
+        faults.hit("create-after-commit")
+        if worker.terminal:  # deleted (or evicted) while its record was being written
+            return worker.to_dict()
+        try:
+            worker.start()
+        except (OSError, ValueError) as e:
+            if self.pods.get(key) is worker:
+                del self.pods[key]
+            worker.remove_cgroups()
+            log.error("pod_start_failed", pod=pod.key, error=str(e))
+            with contextlib.suppress(OSError):
+                await self.journal.delete(*key)
+            raise AdmissionError("CreatePodSandboxError", f"cannot set up the pod: {e}") from e
+        self.update_qos_cgroups()
         log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.plan.qos)
-        self._changed(worker)
         return worker.to_dict()
 
     def list_pods(self) -> list[dict[str, Any]]:
@@ -244,15 +286,35 @@ class PodManager:
         if worker is None:
             return None
         grace = worker.pod.spec.termination_grace_period_seconds if grace_period is None else grace_period
+        if worker.terminal:
+            return worker.to_dict()
+        before = worker.deletion
+        worker.deletion = Deletion(float(grace), self.env.clock.wall() + grace, remove=True)
+        try:  # the intent is on disk before the 200: a restarted agent carries the termination on
+            with self._step(f"checkpoint of pod {worker.pod.key}", CHECKPOINT_STEP_S):
+                await self.journal.put(worker.record())
+        except OSError as e:
+            worker.deletion = before
+            log.error("pod_record_failed", pod=worker.pod.key, error=str(e))
+            raise DurabilityError(f"cannot record the deletion of pod {worker.pod.key} in "
+                                  f"{self.checkpoints.directory}: {e}") from e
+        faults.hit("delete-after-commit")
         if not worker.terminal:
             self.terminate(worker, float(grace), remove=True)
         return worker.to_dict()
 
     def terminate(self, worker: PodWorker, grace: float, *, remove: bool,
                   reason: str | None = None, message: str | None = None) -> asyncio.Task[None]:
-        """Stop a pod in the background; with `remove` it leaves the pod list once it has stopped."""
+        """Stop a pod in the background; with `remove` it leaves the pod list once it has stopped.
+
+        The termination is part of the pod's record from now on (written with the next change;
+        a delete has written it already), so a restarted agent carries it on."""
         worker.terminal = True
         worker.deletion_time = worker.deletion_time or self.env.clock.wall()
+        if worker.deletion is None:
+            worker.deletion = Deletion(grace, self.env.clock.wall() + grace, remove=remove,
+                                       reason=reason, message=message)
+            self._changed(worker)
         async def run() -> None:
             await worker.stop(grace, reason, message)
             key = (worker.pod.metadata.namespace, worker.pod.metadata.name)
@@ -300,3 +362,4 @@ class PodManager:
             self._changed(w)
         await self.flush()
         await asyncio.gather(*(w.detach() for w in self.pods.values()))
+        await self.journal.close()

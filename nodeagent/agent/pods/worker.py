@@ -21,9 +21,10 @@ import structlog
 
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
-from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, PodCheckpoint
+from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, Deletion, PodCheckpoint
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.adoption import find_container_process
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
@@ -74,15 +75,21 @@ def terminated_from_dict(data: Any) -> Terminated | None:
         return None
 
 
-def _container_record(name: str, w: ContainerWorker) -> ContainerCheckpoint:
-    """pid + start time while running; the final Terminated state under "current" once done,
-    so a completed container is not run again after an agent restart."""
+def _container_record(name: str, w: ContainerWorker, clock: Clock) -> ContainerCheckpoint:
+    """pid + start time while running; the exit the restart policy decides on under "current" once
+    it exited (done, or waiting out its back-off), so a completed container is not run again and a
+    crash-looping one keeps its count and back-off after an agent restart."""
     st = w.status
     saved: dict[str, Any] = dict(st.last_state.to_dict()) if st.last_state else {}
-    if w.pid is None and isinstance(st.state, Terminated):
-        saved["current"] = st.state.to_dict()
+    current = w.last_exit if w.pid is None else None
+    if current is None and w.pid is None and isinstance(st.state, Terminated):
+        current = st.state
+    if current is not None:
+        saved["current"] = current.to_dict()
+    snap = w.backoff.snapshot()  # (delay, last restart on the monotonic scale) -> wall time, which a file keeps
+    backoff = (snap[0], clock.wall() - (clock.now() - snap[1])) if snap else None
     return ContainerCheckpoint(name=name, pid=w.pid, start_time=w.start_time,
-                           restart_count=st.restart_count, last_state=saved)
+                               restart_count=st.restart_count, last_state=saved, backoff=backoff)
 
 
 class PodWorker:
@@ -98,6 +105,8 @@ class PodWorker:
         self.reason: str | None = None
         self.message: str | None = None
         self.terminal = False  # stopped for good (deleted or evicted): containers won't restart
+        self.deletion: Deletion | None = None  # the recorded termination, carried on after a restart
+        self.started = False
         self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
 
     @property
@@ -118,23 +127,58 @@ class PodWorker:
         return ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
                                backoff=backoff, on_change=lambda _s: self._on_change(self), steps=self.env.steps)
 
-    def start(self, record: PodCheckpoint | None = None) -> None:
-        """Create cgroups and start (or, from a checkpoint record, re-adopt) every container."""
+    def start(self, record: PodCheckpoint | None = None, shims: dict[str, int] | None = None) -> None:
+        """Create cgroups and start (or, from a checkpoint record, re-adopt) every container.
+
+        From a record, a container whose recorded process is gone is looked for in its cgroup
+        (and among `shims`, adoption.scan_shims) before anything is started: it may have been
+        spawned after the last record. A recorded deletion holds every start back."""
+        self.started = True
         self.create_cgroups()
+        if record is not None and record.deletion is not None:
+            self.deletion = record.deletion
+            self.terminal = True
+            self.reason, self.message = record.deletion.reason, record.deletion.message
         for c in self.plan.containers:
             worker = self._container_worker(c)
             self.workers[c.name] = worker
-            saved = record.container(c.name) if record else None
-            if saved is not None:
-                last = terminated_from_dict(saved.last_state)
-                current = terminated_from_dict(saved.last_state.get("current"))
-                if saved.pid is not None and saved.start_time is not None:
-                    worker.adopt(int(saved.pid), int(saved.start_time),
-                                 restart_count=saved.restart_count, last_state=last)
-                elif current is not None:  # it had exited: the restart policy decides again
-                    worker.restore_exit(current, restart_count=saved.restart_count, last_state=last)
+            if self.terminal:
+                worker.hold()
+            if record is not None:  # a container the record does not name yet may have been spawned
+                saved = record.container(c.name) or ContainerCheckpoint(c.name)
+                self._resume(worker, c, saved, shims or {})
             # a bug in one container's loop is logged by the guard and must not take the agent down
             self._tasks[c.name] = self._guard.start(self._run(worker), name=f"container:{self.pod.key}/{c.name}")
+
+    def _resume(self, worker: ContainerWorker, c: ContainerPlan, saved: ContainerCheckpoint,
+                shims: dict[str, int]) -> None:
+        """Adopt the container's process (recorded, or found in its cgroup) or resume its last exit."""
+        if saved.backoff is not None:
+            delay, at_wall = saved.backoff
+            clock = self.env.clock
+            worker.backoff.restore((delay, clock.now() - max(0.0, clock.wall() - at_wall)))
+        last = terminated_from_dict(saved.last_state)
+        current = terminated_from_dict(saved.last_state.get("current"))
+        recorded = saved.pid is not None and saved.start_time is not None
+        if recorded and worker.adopt(int(saved.pid or 0), int(saved.start_time or 0),
+                                     restart_count=saved.restart_count, last_state=last, probe=True):
+            return
+        driver = self.env.driver
+        try:
+            found = find_container_process(driver.procs_files(c.cgroup_path), driver.pids(c.cgroup_path), shims)
+        except OSError:
+            found = None
+        ran_before = saved.pid is not None or current is not None
+        if found is not None:  # spawned after the last record: adopt it, never start it again
+            self._log.info("container_found_in_cgroup", container=c.name, pid=found[0])
+            count = saved.restart_count + (1 if ran_before else 0)
+            worker.adopt(found[0], found[1], restart_count=count, last_state=current or last)
+            return
+        if saved.pid is not None and saved.start_time is not None:
+            worker.adopt(int(saved.pid), int(saved.start_time), restart_count=saved.restart_count,
+                         last_state=last)  # gone: recorded as an unknown exit, the policy decides
+        elif current is not None:  # it had exited: the restart policy decides again
+            worker.restore_exit(current, restart_count=saved.restart_count, last_state=last)
 
     async def _run(self, worker: ContainerWorker) -> Terminated | None:
         result = await worker.run()
@@ -194,10 +238,10 @@ class PodWorker:
         return all(t.done() for t in self._tasks.values()) and bool(self._tasks)
 
     def record(self) -> PodCheckpoint:
-        containers = tuple(_container_record(name, w) for name, w in self.workers.items())
+        containers = tuple(_container_record(name, w, self.env.clock) for name, w in self.workers.items())
         meta = self.pod.metadata
         return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
-                         manifest=self.pod.to_dict(), containers=containers)
+                             manifest=self.pod.to_dict(), containers=containers, deletion=self.deletion)
 
     def to_dict(self) -> dict[str, Any]:
         out = self.pod.to_dict()

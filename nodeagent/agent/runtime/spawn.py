@@ -7,7 +7,11 @@ constant `/bin/sh -c` shim that
   1. writes its own PID ("$$") into every cgroup.procs file it is given,
   2. writes the oom_score_adj to /proc/self/oom_score_adj,
   3. changes to the working directory,
-  4. execs the command, through `setpriv --reuid U --regid G --clear-groups --` when the pod
+  4. with a ready pipe (spawn(ready=True)), writes "1" to it and closes it: the agent reports the
+     container Running only then, i.e. once it is in its cgroups with its oom_score_adj. The shim
+     also holds the pipe's read end until it execs, so the write never meets a closed pipe
+     (SIGPIPE) when the agent died meanwhile;
+  5. execs the command, through `setpriv --reuid U --regid G --clear-groups --` when the pod
      sets runAsUser / runAsGroup.
 
 The PID stays the same through every exec, so the command itself is already inside its limits
@@ -38,6 +42,7 @@ primary group from /etc/passwd, else 0, as runc resolves it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -111,6 +116,7 @@ class LaunchSpec:
 class Spawned:
     pid: int
     start_time: int  # /proc/<pid>/stat field 22, clock ticks since boot
+    ready_fd: int | None = None  # read end of the ready pipe (spawn(ready=True)): "1", or EOF if the shim failed
 
 
 def container_env(pairs: Iterable[tuple[str, str]], run_as_user: int | None = None) -> dict[str, str]:
@@ -127,8 +133,11 @@ def container_env(pairs: Iterable[tuple[str, str]], run_as_user: int | None = No
     return env
 
 
+READY_FD = 3  # the ready pipe's write end in the shim; its read end is READY_FD + 1
+
+
 @lru_cache(maxsize=64)
-def shim_script(n_cgroups: int, set_pwd: bool = False, set_oldpwd: bool = False) -> str:
+def shim_script(n_cgroups: int, set_pwd: bool = False, set_oldpwd: bool = False, ready: bool = False) -> str:
     """The shim for `n_cgroups` cgroup.procs files; its text depends on nothing else.
 
     dash exports PWD (and `cd` OLDPWD, naming the agent's own directory): both are removed
@@ -148,10 +157,13 @@ def shim_script(n_cgroups: int, set_pwd: bool = False, set_oldpwd: bool = False)
     )
     for name, keep in (("PWD", set_pwd), ("OLDPWD", set_oldpwd)):
         script += f'export {name}="$1"\nshift\n' if keep else f"unset {name}\n"
+    if ready:
+        script += f"echo 1 >&{READY_FD}\nexec {READY_FD}>&- {READY_FD + 1}<&-\n"
     return script + 'exec "$@"\n'
 
 
-def shim_argv(spec: LaunchSpec, procs_files: Sequence[str], oom_score_adj: int | None) -> list[str]:
+def shim_argv(spec: LaunchSpec, procs_files: Sequence[str], oom_score_adj: int | None,
+              ready: bool = False) -> list[str]:
     """argv for /bin/sh: the constant script, then every value as a positional parameter."""
     uid, gid = spec.identity()
     cmd = list(spec.argv)
@@ -164,7 +176,7 @@ def shim_argv(spec: LaunchSpec, procs_files: Sequence[str], oom_score_adj: int |
         cmd = [SETPRIV, *ids, "--clear-groups", "--", *cmd]
     adj = "" if oom_score_adj is None else str(oom_score_adj)
     kept = [spec.env[k] for k in ("PWD", "OLDPWD") if k in spec.env]
-    script = shim_script(len(procs_files), "PWD" in spec.env, "OLDPWD" in spec.env)
+    script = shim_script(len(procs_files), "PWD" in spec.env, "OLDPWD" in spec.env, ready)
     return ["sh", "-c", script, "nodeagent-shim", *procs_files, adj, spec.working_dir, *kept, *cmd]
 
 
@@ -173,10 +185,13 @@ def spawn(
     log_path: str,
     procs_files: Sequence[str] = (),
     oom_score_adj: int | None = None,
+    *,
+    ready: bool = False,
 ) -> Spawned:
     """Start the container process; returns its PID and start time. OSError if it cannot start.
 
-    The log's directory must exist (logs.prepare_log_dir); the file is created if missing.
+    The log's directory must exist (logs.prepare_log_dir); the file is created if missing. With
+    `ready`, the caller owns `Spawned.ready_fd` (non-blocking) and must close it.
     """
     for i, f in enumerate(procs_files):
         if not os.path.isabs(f) or "\0" in f:
@@ -190,19 +205,51 @@ def spawn(
         (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
-    pid = os.posix_spawn(
-        SHELL,
-        shim_argv(spec, procs_files, oom_score_adj),
-        dict(spec.env),
-        file_actions=actions,
-        setsid=True,
-        setsigdef=_SIGDEF,
-        setsigmask=(),
-    )
+    r = w = None
+    if ready:
+        r, w = _ready_pipe()
+        actions += [(os.POSIX_SPAWN_DUP2, w, READY_FD), (os.POSIX_SPAWN_DUP2, r, READY_FD + 1)]
+    try:
+        pid = os.posix_spawn(
+            SHELL,
+            shim_argv(spec, procs_files, oom_score_adj, ready),
+            dict(spec.env),
+            file_actions=actions,
+            setsid=True,
+            setsigdef=_SIGDEF,
+            setsigmask=(),
+        )
+    except BaseException:
+        for fd in (r, w):
+            if fd is not None:
+                os.close(fd)
+        raise
+    if w is not None:
+        os.close(w)
     start = process_start_time(pid)
     if start is None:  # cannot happen for our own child (a zombie still has a stat); be explicit
         raise ChildProcessError(f"spawned pid {pid} vanished before it could be identified")
-    return Spawned(pid, start)
+    return Spawned(pid, start, r)
+
+
+def spawn_ready(spec: LaunchSpec, log_path: str, procs_files: Sequence[str] = (),
+                oom_score_adj: int | None = None) -> Spawned:
+    """spawn() with the ready pipe: what the container supervisor uses."""
+    return spawn(spec, log_path, procs_files, oom_score_adj, ready=True)
+
+
+def _ready_pipe() -> tuple[int, int]:
+    """A close-on-exec pipe whose ends are above the numbers the child's dup2s target."""
+    r, w = os.pipe()
+    ends = []
+    for fd in (r, w):
+        if fd <= READY_FD + 1:
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, READY_FD + 2)
+            os.close(fd)
+            fd = moved
+        ends.append(fd)
+    os.set_blocking(ends[0], False)
+    return ends[0], ends[1]
 
 
 def clamp_oom_score_adj(adj: int) -> int:

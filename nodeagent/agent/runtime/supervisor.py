@@ -42,9 +42,10 @@ from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
-from nodeagent.agent.runtime.spawn import LaunchSpec, Spawned, spawn
+from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn_ready
 from nodeagent.agent.runtime.state import (
     REASON_CRASH_LOOP,
+    REASON_CREATING,
     REASON_OOM,
     REASON_START_ERROR,
     START_ERROR_EXIT_CODE,
@@ -60,6 +61,7 @@ from nodeagent.agent.runtime.state import (
 )
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.duration import format_go_duration
+from nodeagent.daemonkit import faults
 from nodeagent.daemonkit.progress import Steps
 
 log = structlog.get_logger(__name__)
@@ -96,6 +98,8 @@ class _Proc:
     oom_before: int | None
     exited: asyncio.Future[Terminated]
     finished_mono: float = 0.0
+    ready_fd: int | None = None  # open while the shim has not said it is in its cgroups
+    ready: bool = True
 
     @property
     def container_id(self) -> str:
@@ -118,7 +122,7 @@ class ContainerWorker:
         backoff: CrashBackoff | None = None,
         sleep: Sleep = asyncio.sleep,
         on_change: Callable[[ContainerStatus], None] | None = None,
-        spawner: Spawner = spawn,
+        spawner: Spawner = spawn_ready,
         steps: Steps | None = None,
     ) -> None:
         self.config = config
@@ -151,6 +155,16 @@ class ContainerWorker:
         return self._proc.start_time if self._proc else None
 
     @property
+    def last_exit(self) -> Terminated | None:
+        """The exit the restart policy is deciding on (or waiting out a back-off for); None while running."""
+        return self._exit.state if self._exit is not None and self._proc is None else None
+
+    def hold(self) -> None:
+        """Never start a process (a pod whose deletion is recorded): call before run(); stop() still applies."""
+        self._stopping = True
+        self._stop_event.set()
+
+    @property
     def log_path(self) -> str:
         return logs.run_log_path(self.config.log_dir, self._status.restart_count)
 
@@ -179,7 +193,9 @@ class ContainerWorker:
             logs.prune_runs(self.config.log_dir, self._status.restart_count)
             files = self.cgroup.procs_files() if self.cgroup else []
             oom_before = self._oom_kills()
+            faults.hit("before-spawn")
             sp = self._spawner(self.config.launch, path, files, self.config.oom_score_adj)
+            faults.hit("after-spawn")
         except (OSError, ValueError) as e:
             now = self.clock.wall()
             state = Terminated(START_ERROR_EXIT_CODE, REASON_START_ERROR, None, now, None, str(e))
@@ -187,7 +203,8 @@ class ContainerWorker:
             self._exit = _Exit(state, self.clock.now())
             self._set(state=state, container_id="")
             return
-        self._watch(sp.pid, sp.start_time, child=True, started_at=self.clock.wall(), oom_before=oom_before)
+        self._watch(sp.pid, sp.start_time, child=True, started_at=self.clock.wall(), oom_before=oom_before,
+                    ready_fd=sp.ready_fd)
         self._log.info("container_started", pid=sp.pid, restart_count=self._status.restart_count)
 
     def _watch(
@@ -199,15 +216,61 @@ class ContainerWorker:
         started_at: float | None,
         oom_before: int | None,
         pidfd: int | None = None,
+        ready_fd: int | None = None,
     ) -> None:
+        """Follow the process; Running once it is ready (at once without a ready pipe: adopted, fakes)."""
         loop = asyncio.get_running_loop()
         if pidfd is None:
-            pidfd = os.pidfd_open(pid)
-        proc = _Proc(pid, start_time, pidfd, child, started_at, oom_before, loop.create_future())
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                if ready_fd is not None:
+                    os.close(ready_fd)
+                raise
+        proc = _Proc(pid, start_time, pidfd, child, started_at, oom_before, loop.create_future(),
+                     ready_fd=ready_fd, ready=ready_fd is None)
         self._proc = proc
         self._exit = None
         loop.add_reader(pidfd, self._on_exit, proc)
-        self._set(state=Running(started_at or self.clock.wall()), container_id=proc.container_id)
+        if ready_fd is None:
+            self._set(state=Running(started_at or self.clock.wall()), container_id=proc.container_id)
+        else:
+            self._set(state=Waiting(REASON_CREATING), container_id="")
+            loop.add_reader(ready_fd, self._on_ready, proc)
+
+    def _settle_ready(self, proc: _Proc) -> bool:
+        """Read the ready pipe once: True when the shim said "ready" (then or before)."""
+        fd = proc.ready_fd
+        if fd is None:
+            return proc.ready
+        try:
+            data = os.read(fd, 16)
+        except BlockingIOError:
+            return False
+        except OSError:
+            data = b""
+        asyncio.get_running_loop().remove_reader(fd)
+        os.close(fd)
+        proc.ready_fd = None
+        proc.ready = data.startswith(b"1")
+        return proc.ready
+
+    def _on_ready(self, proc: _Proc) -> None:
+        """The shim is in its cgroups with its oom_score_adj (or failed: then its exit follows)."""
+        if self._settle_ready(proc) and self._proc is proc:
+            proc.started_at = self.clock.wall()
+            self._set(state=Running(proc.started_at), container_id=proc.container_id)
+
+    def _shim_error(self) -> str:
+        """The shim's own "nodeagent-shim: ..." line in the run's log (the last one), else a generic text."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+                tail = f.read().decode(errors="replace")
+        except OSError:
+            tail = ""
+        lines = [line for line in tail.splitlines() if line.startswith("nodeagent-shim:")]
+        return lines[-1] if lines else "the container process could not be set up in its cgroup"
 
     def _on_exit(self, proc: _Proc) -> None:
         """pidfd readable: the process is gone. Reap it if it is ours and record the Terminated state."""
@@ -225,10 +288,14 @@ class ContainerWorker:
         loop = asyncio.get_running_loop()
         loop.remove_reader(proc.pidfd)
         os.close(proc.pidfd)
+        ready = self._settle_ready(proc)
         finished = self.clock.wall()
         proc.finished_mono = self.clock.now()
         oom_after = self._oom_kills()
-        if code is not None:
+        if not ready and code == SETUP_FAILED:  # the shim could not join its cgroup (or set its adj)
+            state = Terminated(START_ERROR_EXIT_CODE, REASON_START_ERROR, None, finished, None,
+                               self._shim_error(), "")
+        elif code is not None:
             state = terminated(code, sig, proc.started_at, finished, proc.oom_before, oom_after, proc.container_id)
         elif proc.oom_before is not None and oom_after is not None and oom_after > proc.oom_before:
             state = Terminated(128 + signal.SIGKILL, REASON_OOM, proc.started_at, finished, signal.SIGKILL, "",
@@ -251,13 +318,14 @@ class ContainerWorker:
         restart_count: int = 0,
         last_state: Terminated | None = None,
         oom_kills_before: int | None = None,
+        probe: bool = False,
     ) -> bool:
         """Follow a process started before an agent restart; False if it is no longer there.
 
         Call before run(), inside the event loop. The pidfd is opened before the start time is
         checked, so a reused PID can never be mistaken for the container. A container that
         exited while the agent was away is recorded as such (exit unknown) and `run()` applies
-        the restart policy to it.
+        the restart policy to it; with `probe`, nothing is recorded then (the caller looks further).
         """
         if self._running or self._proc is not None:
             raise RuntimeError("adopt() must come before run() and only once")
@@ -269,6 +337,8 @@ class ContainerWorker:
         alive = pidfd is not None and is_same_process(pid, start_time)
         if pidfd is not None and not alive:
             os.close(pidfd)
+        if probe and not alive:
+            return False
         if started_at is None and alive:
             started_at = start_time_to_wall(start_time)
         if alive:
@@ -296,7 +366,11 @@ class ContainerWorker:
         `run()` then applies the restart policy to that exit instead of starting it afresh."""
         if self._running or self._proc is not None or self._exit is not None:
             raise RuntimeError("restore_exit() must come before run() and only once")
-        self._exit = _Exit(state, self.clock.now())
+        # the exit on the monotonic scale, so a back-off waited out partly before the restart is not waited again
+        mono = self.clock.now()
+        if state.finished_at is not None:
+            mono -= max(0.0, self.clock.wall() - state.finished_at)
+        self._exit = _Exit(state, mono)
         self._set(state=state, restart_count=restart_count, last_state=last_state,
                   container_id=state.container_id)
 
@@ -388,6 +462,7 @@ class ContainerWorker:
         if proc is not None:
             self._log.info("container_stopping", pid=proc.pid, grace_period=grace_period)
             self._signal(proc, signal.SIGTERM)
+            faults.hit("stop-mid-grace")
             try:
                 await asyncio.wait_for(asyncio.shield(proc.exited), max(grace_period, 0))
             except TimeoutError:
@@ -407,8 +482,13 @@ class ContainerWorker:
         """Stop watching without touching the process (agent shutdown); it can be adopted later."""
         proc = self._proc
         if proc is not None:
-            asyncio.get_running_loop().remove_reader(proc.pidfd)
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(proc.pidfd)
             os.close(proc.pidfd)
+            if proc.ready_fd is not None:
+                loop.remove_reader(proc.ready_fd)
+                os.close(proc.ready_fd)
+                proc.ready_fd = None
             self._proc = None
             if not proc.exited.done():
                 proc.exited.cancel()
