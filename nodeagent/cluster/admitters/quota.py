@@ -278,7 +278,7 @@ class QuotaStatus:
                 ns = ledger.dirty.pop()
                 try:
                     await self.sync(ns)
-                except Exception:  # noqa: BLE001 - one namespace's failure must not stop the others' status
+                except Exception:  # one namespace's failure must not stop the others' status
                     log.exception("quota_status_sync_failed", namespace=ns)
             ledger.wake.clear()
             try:
