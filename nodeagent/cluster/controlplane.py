@@ -18,6 +18,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from nodeagent.cluster.admitters.chain import AdmissionChain
+from nodeagent.cluster.admitters.quota import QuotaStatus
+from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
@@ -25,14 +28,18 @@ from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, 
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
+from nodeagent.cluster.events.recorder import EventRecorder
 from nodeagent.cluster.registry.encrypted import EncryptedStore
 from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
 from nodeagent.cluster.registry.options import Context, ListOptions
 from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
+from nodeagent.cluster.registry.plugins import Admitter
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.cluster.registry.store import GenericStore, Plugins
 from nodeagent.cluster.registry.watch import Subscription
+from nodeagent.cluster.scheduling.cache import SchedulerCache
+from nodeagent.cluster.scheduling.scheduler import Scheduler
 from nodeagent.cluster.serverconfig import ServerConfig
 from nodeagent.cluster.storage.compactor import Compactor
 from nodeagent.cluster.storage.interface import Store
@@ -65,6 +72,8 @@ class ControlPlane:
         self.config, self.store_factory = config, store_factory
         self.clock = clock or SystemClock()
         self.port: int | None = None
+        self.scheduler: Scheduler | None = None
+        self.registry: Registry | None = None
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -80,18 +89,23 @@ class ControlPlane:
                 await store.close()
                 raise
             store = EncryptedStore(store, encryption)
-        registry = Registry(store, self.clock, plugins=plugins(self.clock))
+        registry = self.registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
+        recorder: EventRecorder | None = None
         tasks = [asyncio.create_task(Compactor(store, self.config.compaction_interval, self.clock).run(),
                                      name="compactor")]
         try:
             await registry.ensure_system_namespaces()
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
             tls: ssl.SSLContext | None = None
+            extra: list[Admitter] = []
             if self.config.security is not None:
                 settings.security, tls = await self._security(registry, tasks)
                 if settings.security.rbac is not None:
-                    registry.plugins.admitter = EscalationAdmission(settings.security)
+                    extra.append(EscalationAdmission(settings.security))
+            await self._admission(registry, extra, tasks)
+            add_binding(registry, settings)
+            recorder = await self._scheduler(registry, tasks)
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog))
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
             await runner.setup()
@@ -110,6 +124,10 @@ class ControlPlane:
             await self._stop.wait()
             log.info("server_stopping")
         finally:
+            if self.scheduler is not None:
+                await self.scheduler.close()
+            if recorder is not None:
+                await recorder.close()
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -119,6 +137,31 @@ class ControlPlane:
             if runner is not None:
                 await runner.cleanup()
             await store.close()
+
+    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: list[asyncio.Task[None]]) -> None:
+        """The admission chain (cluster/admitters) and the quota status writer, fed by pods and quotas."""
+        chain = AdmissionChain(registry, extra=extra)
+        registry.plugins.admitter = chain
+        status = QuotaStatus(chain.quota.ledger)
+        for plural in ("pods", "resourcequotas"):
+            feed = Feed(registry.resource("", "v1", plural), status.observe)
+            await feed.relist()
+            tasks.append(asyncio.create_task(feed.run(), name=f"quota-feed:{plural}"))
+        tasks.append(asyncio.create_task(status.run(), name="quota-status"))
+
+    async def _scheduler(self, registry: Registry, tasks: list[asyncio.Task[None]]) -> EventRecorder:
+        """The scheduler and its event recorder, its caches current (listed) before it starts."""
+        recorder = EventRecorder(registry.resource("", "v1", "events"), self.clock, "default-scheduler")
+        tasks.append(asyncio.create_task(recorder.run(), name="event-recorder"))
+        cache = SchedulerCache()
+        pods = registry.resource("", "v1", "pods")
+        self.scheduler = Scheduler(pods, cache, recorder, self.clock)
+        for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod)):
+            feed = Feed(gs, apply)
+            await feed.relist()
+            tasks.append(asyncio.create_task(feed.run(), name=f"scheduler-feed:{gs.info.plural}"))
+        tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
+        return recorder
 
     async def _security(self, registry: Registry, tasks: list[asyncio.Task[None]]) -> tuple[Security, ssl.SSLContext]:
         """Authentication, authorization and TLS from `security` (the auth room's pieces): the PKI made

@@ -51,11 +51,131 @@ _ONE = Quantity.from_value(1)
 _ZERO = Quantity.from_value(0)
 
 
+SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass",
+          "CrossNamespacePodAffinity")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+CONFLICTING_SCOPES = (("Terminating", "NotTerminating"), ("BestEffort", "NotBestEffort"))
+POD_OBJECT_COUNT = frozenset({"pods", "count/pods"})
+POD_COMPUTE = frozenset({"cpu", "memory", "ephemeral-storage", "requests.cpu", "requests.memory",
+                         "requests.ephemeral-storage", "limits.cpu", "limits.memory", "limits.ephemeral-storage"})
+
+
+@dataclass(frozen=True)
+class ScopeRequirement:
+    """One scope: from spec.scopes (operator Exists) or spec.scopeSelector.matchExpressions."""
+
+    scope: str
+    operator: str = "Exists"
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What scopes ask of a pod (ResourceQuota's pod scope matching)."""
+
+    terminating: bool  # spec.activeDeadlineSeconds set (>= 0)
+    best_effort: bool
+    priority_class: str
+
+
 @dataclass(frozen=True)
 class ResourceQuota:
     name: str
     namespace: str
     hard: Mapping[str, Quantity]
+    scopes: tuple[ScopeRequirement, ...] = ()
+
+    def matches(self, facts: PodFacts | None) -> bool:
+        """Does the quota cover this object? Scoped quotas cover pods only (None: another kind)."""
+        if not self.scopes:
+            return True
+        if facts is None:
+            return False
+        return all(_scope_matches(r, facts) for r in self.scopes)
+
+
+def _scope_matches(r: ScopeRequirement, f: PodFacts) -> bool:
+    if r.scope == "Terminating":
+        return f.terminating
+    if r.scope == "NotTerminating":
+        return not f.terminating
+    if r.scope == "BestEffort":
+        return f.best_effort
+    if r.scope == "NotBestEffort":
+        return not f.best_effort
+    if r.scope == "PriorityClass":
+        if r.operator == "Exists":
+            return bool(f.priority_class)
+        if r.operator == "DoesNotExist":
+            return not f.priority_class
+        if r.operator == "In":
+            return f.priority_class in r.values
+        return f.priority_class not in r.values
+    return False  # CrossNamespacePodAffinity: no pod of ours has cross-namespace affinity terms
+
+
+def _parse_scopes(spec: Mapping[str, Any], hard: Mapping[str, Any],
+                  errs: list[FieldError]) -> tuple[ScopeRequirement, ...]:
+    """spec.scopes and spec.scopeSelector, validated as ValidateResourceQuotaSpec does."""
+    out: list[ScopeRequirement] = []
+    scopes = spec.get("scopes") or []
+    if not isinstance(scopes, list):
+        errs.append(FieldError("spec.scopes", invalid(str(scopes)[:40], "must be a list")))
+        scopes = []
+    for i, sc in enumerate(scopes):
+        if sc not in SCOPES:
+            errs.append(FieldError(f"spec.scopes[{i}]", invalid(sc, "unsupported scope")))
+        else:
+            out.append(ScopeRequirement(str(sc)))
+    selector = spec.get("scopeSelector")
+    exprs = selector.get("matchExpressions") if isinstance(selector, Mapping) else None
+    if selector is not None and not isinstance(exprs, list):
+        errs.append(FieldError("spec.scopeSelector.matchExpressions", "Required value"))
+        exprs = []
+    for i, e in enumerate(exprs or []):
+        p = f"spec.scopeSelector.matchExpressions[{i}]"
+        if not isinstance(e, Mapping):
+            errs.append(FieldError(p, "Invalid value: must be an object"))
+            continue
+        scope, op, values = e.get("scopeName"), e.get("operator"), e.get("values") or []
+        if scope not in SCOPES:
+            errs.append(FieldError(f"{p}.scopeName", invalid(scope, "unsupported scope")))
+            continue
+        if op not in SELECTOR_OPERATORS:
+            errs.append(FieldError(f"{p}.operator", f"Unsupported value: {op!r}: supported values: "
+                                                    + ", ".join(f'"{o}"' for o in SELECTOR_OPERATORS)))
+            continue
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            errs.append(FieldError(f"{p}.values", "Invalid value: must be a list of strings"))
+            continue
+        if op in ("In", "NotIn") and not values:
+            errs.append(FieldError(f"{p}.values", "Required value: must be at least one value when `operator` "
+                                                  "is 'In' or 'NotIn' for scope selector"))
+        elif op in ("Exists", "DoesNotExist") and values:
+            errs.append(FieldError(f"{p}.values", "Invalid value: must be no value when `operator` is 'Exist' "
+                                                  "or 'DoesNotExist' for scope selector"))
+        elif scope != "PriorityClass" and op not in ("Exists", "DoesNotExist"):
+            errs.append(FieldError(f"{p}.operator", invalid(op, "must be 'Exist' when scope is any of "
+                                                            "ResourceQuotaScopeTerminating, "
+                                                            "ResourceQuotaScopeNotTerminating, "
+                                                            "ResourceQuotaScopeBestEffort and "
+                                                            "ResourceQuotaScopeNotBestEffort")))
+        else:
+            if op == "DoesNotExist" and scope != "PriorityClass":  # the opposite scope, as upstream
+                scope = {"Terminating": "NotTerminating", "NotTerminating": "Terminating",
+                         "BestEffort": "NotBestEffort", "NotBestEffort": "BestEffort"}.get(scope, scope)
+                op = "Exists"
+            out.append(ScopeRequirement(str(scope), str(op), tuple(values)))
+    names = {r.scope for r in out}
+    for a, b in CONFLICTING_SCOPES:
+        if a in names and b in names:
+            errs.append(FieldError("spec.scopes", invalid(sorted(names), "conflicting scopes")))
+    for r in out:
+        allowed = POD_OBJECT_COUNT if r.scope == "BestEffort" else POD_OBJECT_COUNT | POD_COMPUTE
+        for res in hard:
+            if res not in allowed:
+                errs.append(FieldError(f"spec.hard[{res}]", invalid(res, "unsupported scope applied to resource")))
+    return tuple(dict.fromkeys(out))
 
 
 class QuotaExceeded(Exception):
@@ -98,8 +218,6 @@ def parse_resource_quota(manifest: Mapping[str, Any]) -> ResourceQuota:
     spec = manifest.get("spec") or {}
     unknown = set(spec) - {"hard", "scopes", "scopeSelector"}
     errs += [FieldError(f"spec.{k}", "unknown field") for k in sorted(unknown)]
-    if spec.get("scopes") or spec.get("scopeSelector"):
-        errs.append(FieldError("spec.scopes", "Unsupported value: quota scopes are not supported"))
     hard: dict[str, Quantity] = {}
     for key, raw in (spec.get("hard") or {}).items():
         path = f"spec.hard[{key}]"
@@ -114,9 +232,10 @@ def parse_resource_quota(manifest: Mapping[str, Any]) -> ResourceQuota:
         if q.sign() < 0:
             errs.append(FieldError(path, invalid(str(q), "must be greater than or equal to 0")))
         hard[key] = q
+    scopes = _parse_scopes(spec, hard, errs)
     if errs:
         raise ValidationErrors(errs)
-    return ResourceQuota(name, namespace, hard)
+    return ResourceQuota(name, namespace, hard, scopes)
 
 
 def quota_resource_name_error(name: str) -> str | None:

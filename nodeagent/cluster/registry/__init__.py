@@ -5,6 +5,7 @@
     store          the generic store: create, get, list, watch, update, patch, delete(collection)
     strategy       what a kind adds: defaulting, validation, status rules, columns, field attributes
     kinds/         the built-in kinds' strategies
+    binding        pods/binding: a scheduler's decision written with compare-and-swap (409 if bound)
     watch          the watch fan-out (one store watch per resource, events encoded once)
     options        list/delete options and the request context, validated as kube-apiserver does
     codec          objects <-> stored values, continue tokens

@@ -449,6 +449,18 @@ class GenericStore:
         return await self._update(namespace, name, lambda old: copy.deepcopy(new), ctx, precondition=precondition,
                                   subresource=subresource)
 
+    async def guaranteed_update(self, namespace: str | None, name: str, mutate: Callable[[Obj], Obj], ctx: Context,
+                                *, subresource: str = "") -> Obj:
+        """Read, mutate, compare-and-swap; retried on a fresh read when the object moved meanwhile
+        (kube's GuaranteedUpdate). `mutate` may raise a StatusError to refuse."""
+
+        def call(old: Obj | None) -> Obj:
+            assert old is not None  # never creates
+            return mutate(old)
+
+        obj, _ = await self._update(namespace, name, call, ctx, subresource=subresource, create_allowed=False)
+        return obj
+
     async def _update(self, namespace: str | None, name: str, mutate: Callable[[Obj | None], Obj], ctx: Context, *,
                       precondition: str = "", subresource: str = "", create_allowed: bool | None = None
                       ) -> tuple[Obj, bool]:

@@ -170,3 +170,30 @@ def check_report(name: str, body: Any) -> dict[str, Any]:
     if errs:
         raise ValidationErrors(errs)
     return body
+
+
+def node_spec_of(node: Mapping[str, Any]) -> NodeSpec:
+    """The scheduling core's view of a Node object as the API stores it (the new control plane):
+    status.allocatable (capacity when absent), labels, spec.taints, spec.unschedulable; a Ready
+    condition of False or Unknown and the pressure conditions fold into taints as the node
+    lifecycle controller would put them (no Ready condition yet: Ready, as a node just created by
+    hand or by a test). Quantities that do not parse are left out (the Node strategy refuses them)."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    name = str(meta.get("name") or "")
+    raw = status.get("allocatable") or status.get("capacity") or {}
+    alloc: dict[str, Quantity] = {}
+    for k, v in raw.items() if isinstance(raw, Mapping) else ():
+        try:
+            alloc[str(k)] = coerce_quantity(v)
+        except (ValueError, TypeError):
+            continue
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    labels.setdefault(LABEL_HOSTNAME, name)
+    taints = tuple(Taint(str(t["key"]), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule"))
+                   for t in spec.get("taints") or () if isinstance(t, Mapping) and t.get("key"))
+    cond = conditions_of(node)
+    return NodeSpec(name, alloc, labels=labels, taints=taints, unschedulable=bool(spec.get("unschedulable")),
+                    ready=cond.get("Ready", "True") == "True",
+                    memory_pressure=cond.get(NODE_MEMORY_PRESSURE) == "True",
+                    disk_pressure=cond.get(NODE_DISK_PRESSURE) == "True",
+                    pid_pressure=cond.get(NODE_PID_PRESSURE) == "True")

@@ -157,6 +157,12 @@ class PodStrategy(Strategy):
                                                    "tolerationSeconds")]
         return []
 
+    def prepare_for_subresource_update(self, subresource: str, new: Obj, old: Obj) -> Obj:
+        """pods/binding (registry/binding.py) builds the whole new pod from the stored one."""
+        if subresource != "binding":
+            raise NotImplementedError(subresource)
+        return new
+
     def validate_status_update(self, new: Obj, old: Obj) -> list[FieldError]:
         status = new.get("status")
         if status is None:
@@ -242,3 +248,9 @@ def pod_status_reason(pod: Mapping[str, Any]) -> str:
     if meta.get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)
+
+
+def pod_model(obj: Mapping[str, Any]) -> Pod:
+    """The core model of a stored pod (what the scheduler and admission compute with); fields the
+    model does not know are left out. ValidationErrors for a pod no node could run."""
+    return parse_pod(PodStrategy._model_view(dict(obj)))

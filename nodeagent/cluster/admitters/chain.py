@@ -1,0 +1,59 @@
+"""The admission chain in kube-apiserver's order (NamespaceLifecycle is the registry's own check,
+before it): the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, then the
+validating ones LimitRanger, ResourceQuota (always last: it charges what the others let through),
+then any other admitter (RBAC escalation). A pod whose resources a plugin changed gets its
+status.qosClass computed again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nodeagent.cluster.admission.tolerations import add_default_tolerations
+from nodeagent.cluster.admitters.limitranger import LimitRanger
+from nodeagent.cluster.admitters.priority import PriorityAdmission
+from nodeagent.cluster.admitters.quota import QuotaAdmission
+from nodeagent.cluster.registry.catalog import ResourceInfo
+from nodeagent.cluster.registry.kinds.pods import pod_model
+from nodeagent.cluster.registry.options import Context
+from nodeagent.cluster.registry.plugins import Admitter, Operation
+from nodeagent.cluster.registry.registry import Registry
+from nodeagent.core.errors import ValidationErrors
+from nodeagent.core.qos import qos_class
+
+
+class AdmissionChain:
+    def __init__(self, registry: Registry, *, extra: Sequence[Admitter] = ()) -> None:
+        self.limits = LimitRanger(registry)
+        self.priority = PriorityAdmission(registry)
+        self.quota = QuotaAdmission(registry)
+        self.extra = list(extra)
+
+    async def admit(self, operation: Operation, info: ResourceInfo, obj: dict[str, Any],
+                    old: dict[str, Any] | None, *, subresource: str, ctx: Context) -> None:
+        pod_create = operation == "CREATE" and not subresource and info.group == "" and info.plural == "pods"
+        if pod_create:
+            ns = str(obj["metadata"].get("namespace") or "")
+            items = await self.limits.items(ns)
+            defaulted = self.limits.mutate(obj, items)
+            await self.priority.admit_pod(obj)
+            add_default_tolerations(obj)
+            if defaulted:
+                _requalify(obj)
+            self.limits.validate(obj, items)
+        elif info.group == "scheduling.k8s.io" and info.plural == "priorityclasses" and not subresource:
+            await self.priority.admit_class(operation, obj)
+        if operation == "CREATE" and not subresource:
+            await self.quota.admit(info, obj)
+        for admitter in self.extra:
+            await admitter.admit(operation, info, obj, old, subresource=subresource, ctx=ctx)
+
+
+def _requalify(obj: dict[str, Any]) -> None:
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return
+    try:
+        status["qosClass"] = qos_class(pod_model(obj))
+    except (ValidationErrors, ValueError):
+        pass  # the defaults made it invalid: validation says so
