@@ -1,0 +1,110 @@
+"""The pod's sandbox: one tiny process per pod holding the IPC and UTS namespaces that its image
+containers join, as the pause container does for the kubelet.
+
+It is `unshare --ipc --uts -- sleep infinity` (util-linux and coreutils: no binary of our own),
+started through the spawn shim into the pod's sandbox cgroup (`pod<uid>/_sandbox`: an
+underscore cannot start a container name, so it never collides) with the pause container's
+oom_score_adj. The OCI runtime's monitor processes (`runc run` in the foreground, one per
+container) live in the same cgroup: charged to the pod, not to a container's limit, and outside
+the agent's service cgroup, so they survive an agent restart.
+
+Its PID and start time are kept in `<pod dir>/oci/sandbox.json` (written atomically) so a
+restarted agent finds it again; a PID reused by another process is never taken for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import Callable
+
+import structlog
+
+from nodeagent.agent.images.store import atomic_write
+from nodeagent.agent.node.procfs import is_same_process, parent_pid
+from nodeagent.agent.runtime.oci.bundle import SANDBOX_OOM_SCORE_ADJ
+from nodeagent.agent.runtime.spawn import LaunchSpec, clamp_oom_score_adj, spawn
+
+log = structlog.get_logger(__name__)
+
+SANDBOX_CGROUP = "_sandbox"
+UNSHARE = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin") or "/usr/bin/unshare"
+SLEEP = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
+
+
+def sandbox_cgroup(pod_cgroup: str) -> str:
+    return f"{pod_cgroup}/{SANDBOX_CGROUP}"
+
+
+class Sandbox:
+    def __init__(self, state_dir: str, procs_files: Callable[[], list[str]]) -> None:
+        """`state_dir`: the pod's <pod dir>/oci; `procs_files`: the sandbox cgroup's (created by the caller)."""
+        self.state_dir = state_dir
+        self._procs_files = procs_files
+        self.pid: int | None = None
+        self.start_time: int | None = None
+
+    @property
+    def record_path(self) -> str:
+        return os.path.join(self.state_dir, "sandbox.json")
+
+    def procs_files(self) -> list[str]:
+        return self._procs_files()
+
+    def _load(self) -> tuple[int, int] | None:
+        try:
+            with open(self.record_path, "rb") as f:
+                data = json.loads(f.read())
+            return int(data["pid"]), int(data["startTime"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def alive(self) -> bool:
+        return self.pid is not None and self.start_time is not None and is_same_process(self.pid, self.start_time)
+
+    def ensure(self) -> int:
+        """The sandbox's PID: the recorded one while it lives, else a new one (blocking, brief)."""
+        if self.alive():
+            assert self.pid is not None
+            return self.pid
+        saved = self._load()
+        if saved is not None and is_same_process(*saved):
+            self.pid, self.start_time = saved
+            return saved[0]
+        os.makedirs(self.state_dir, exist_ok=True)
+        spec = LaunchSpec((UNSHARE, "--ipc", "--uts", "--", SLEEP, "infinity"), {"PATH": "/usr/bin:/bin"})
+        sp = spawn(spec, os.path.join(self.state_dir, "sandbox.log"), self.procs_files(),
+                   clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
+        # unshare execs sleep in the new namespaces: wait until it did (the namespaces differ from ours)
+        for _ in range(1000):
+            try:
+                if os.readlink(f"/proc/{sp.pid}/ns/uts") != os.readlink("/proc/self/ns/uts"):
+                    break
+            except OSError:
+                break
+            os.sched_yield()
+        atomic_write(self.record_path, json.dumps({"pid": sp.pid, "startTime": sp.start_time}).encode())
+        self.pid, self.start_time = sp.pid, sp.start_time
+        log.info("sandbox_started", pid=sp.pid, dir=self.state_dir)
+        return sp.pid
+
+    def stop(self) -> None:
+        """Kill the sandbox process (its containers are gone already) and reap it if it is ours."""
+        if self.pid is None:
+            saved = self._load()
+            if saved is None:
+                return
+            self.pid, self.start_time = saved
+        if self.alive():
+            assert self.pid is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            if parent_pid(self.pid) == os.getpid():
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(self.pid, 0)
+        self.pid = self.start_time = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.record_path)
