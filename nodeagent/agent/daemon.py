@@ -36,6 +36,7 @@ from nodeagent.agent.api.adapter import Backend, reaction_observer
 from nodeagent.agent.api.app import create_app
 from nodeagent.agent.api.metrics import Metrics
 from nodeagent.agent.api.registration import registration_loop
+from nodeagent.agent.api.stats import add_stats_routes
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.config.reload import ReloadResult, plan
@@ -54,6 +55,7 @@ from nodeagent.agent.pods.eviction_access import PodEvictionAccess
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.stats.sampler import Sampler
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import FieldError
 from nodeagent.daemonkit.auth import (
@@ -150,6 +152,8 @@ class Agent:
         self.reporter = NodeReporter(name=facts.name, capacity=facts.capacity, allocatable=allocatable,
                                      driver=driver, clock=clock, node_info=facts.info,
                                      pressure=lambda: self.eviction.conditions)
+        self.sampler = Sampler(driver, self.pods.stats_targets, clock, node_name=facts.name,
+                               nodefs_path=config.nodefs_path or config.state_dir, settings=config.stats)
         self.backend = Backend(pods=self.pods, reporter=self.reporter, static=self.static, events=self.events,
                                eviction=self.eviction, reload=self.reload)
         self.metrics = Metrics(self.backend)
@@ -182,6 +186,7 @@ class Agent:
         await self.static.sync()
         app = create_app(self.backend, max_body=self.config.max_request_body_bytes, auth=self.auth,
                          metrics=self.metrics)
+        add_stats_routes(app, self.sampler)  # /metrics/resource, /stats/summary
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, self.config.address, self.config.port, ssl_context=self.ssl_context).start()
@@ -267,6 +272,7 @@ class Agent:
         self.wakeups.reconfigure(new, allocatable)
         self.pods.reconfigure(new, allocatable)
         self.static.reconfigure(new, allocatable)
+        self.sampler.reconfigure(new.stats)
         self.config, self.allocatable = new, allocatable
 
     async def run(self) -> None:
@@ -277,6 +283,7 @@ class Agent:
         await self.start()
         self.tasks.start(self.eviction.run(), name="eviction", forever=True)
         self.tasks.start(self.housekeeping(), name="housekeeping", forever=True)
+        self.tasks.start(self.sampler.run(), name="stats", forever=True)
         # pings from the loop while every component makes progress (see the module docstring)
         self.tasks.start(watchdog_loop(self.notifier, healthy=self.progress.healthy), name="sd-watchdog")
         # idles while schedulerURL is unset; reads config, node and port each round (reload-safe)
