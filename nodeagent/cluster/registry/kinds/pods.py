@@ -253,4 +253,5 @@ def pod_status_reason(pod: Mapping[str, Any]) -> str:
 def pod_model(obj: Mapping[str, Any]) -> Pod:
     """The core model of a stored pod (what the scheduler and admission compute with); fields the
     model does not know are left out. ValidationErrors for a pod no node could run."""
-    return parse_pod(PodStrategy._model_view(dict(obj)))
+    view, model = PodStrategy._model_view(dict(obj))
+    return parse_pod(view) if model is None else checked_pod(model)
