@@ -113,6 +113,8 @@ def running_pid(pod: dict[str, Any] | None, name: str = "main") -> tuple[int, in
     """(pid, start time) of a running container, else None."""
     if not pod:
         return None
+    if not any(c.get("name") == name for c in pod.get("status", {}).get("containerStatuses", [])):
+        return None  # admitted and recorded, its worker not yet reporting (durable create answers first)
     cs = container_status(pod, name)
     if "running" not in cs["state"] or not cs.get("containerID"):
         return None
