@@ -192,7 +192,9 @@ class AgentProcess:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"agent not healthy after {START_TIMEOUT_S}s:\n{self.log_tail()}")
+                self.proc.send_signal(signal.SIGUSR1)  # daemonkit/stackdump.py: threads' and tasks' stacks
+                time.sleep(2)
+                raise AssertionError(f"agent not healthy after {START_TIMEOUT_S}s:\n{self.log_tail(150)}")
             time.sleep(0.05)
 
     def stop(self, timeout: float = 60.0) -> int:

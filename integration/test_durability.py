@@ -65,6 +65,13 @@ def starts(runs: Path, name: str) -> list[int]:
         return []
 
 
+def started_once(runs: Path, name: str, pid: int) -> list[int]:
+    """The pod's start lines once its running shell has written its own (Running is reported
+    when the shim is in its cgroup, a moment before the shell's echo)."""
+    poll_until(lambda: pid in starts(runs, name), 30, f"{name}'s start line {pid}")
+    return starts(runs, name)
+
+
 def try_request(fn: Callable[[], tuple[int, Any]]) -> int | None:
     """The status, or None when the agent died before answering."""
     try:
@@ -96,7 +103,7 @@ def test_a_create_survives_a_kill_at_each_point_and_runs_once(make_agent: Callab
     pid, _ = agent.wait_running("p")
     pod = agent.pod("p")
     assert pod is not None and pod["status"]["containerStatuses"][0]["restartCount"] == 0
-    assert starts(runs, "p") == [pid], f"started {starts(runs, 'p')}, running {pid} (answer {answer})"
+    assert started_once(runs, "p", pid) == [pid], f"started {starts(runs, 'p')}, running {pid} (answer {answer})"
     uid = pod["metadata"]["uid"]
     assert pid in agent.cg.pids(f"kubepods/besteffort/pod{uid}/main")
 
@@ -110,8 +117,10 @@ def test_a_delete_is_carried_on_after_a_kill(make_agent: Callable[..., AgentProc
     runs = tmp_path / "runs"
     runs.mkdir()
     agent = make_agent(fault=point)
-    agent.create_ok(marked("d", runs, "trap '' TERM; while :; do sleep 0.1; done"))
+    trapped = runs / "d.trapped"
+    agent.create_ok(marked("d", runs, f"trap '' TERM; touch {trapped}; while :; do sleep 0.1; done"))
     pid, start = agent.wait_running("d")
+    poll_until(trapped.exists, 30, "the trap to be set (Running comes a moment before the shell runs)")
     uid = agent.pod("d")["metadata"]["uid"]  # type: ignore[index]
     t0 = time.monotonic()
     answer = try_request(lambda: agent.delete("d", grace=3))
@@ -190,6 +199,9 @@ def test_a_full_state_dir_refuses_a_create_with_a_500_and_leaves_nothing(tmp_pat
     try:
         agent.start()
         agent.create_ok(marked("first", runs))
+        # running, and its shell past the echo, before the disk fills: its log file is on stateDir
+        first, _ = agent.wait_running("first")
+        assert started_once(runs, "first", first) == [first]
         filler = state / "filler"
         with open(filler, "wb", buffering=0) as f:  # unbuffered: nothing left to fail at close
             try:
@@ -211,9 +223,9 @@ def test_a_full_state_dir_refuses_a_create_with_a_500_and_leaves_nothing(tmp_pat
         assert not agent.cg.exists(f"kubepods/besteffort/pod{manifest['metadata']['uid']}"), "a cgroup was made"
         assert starts(runs, name) == [], "it ran"
         filler.unlink()
-        pid, _ = agent.wait_running("first")
+        assert agent.wait_running("first")[0] == first, "the running pod was disturbed by the full disk"
         agent.create_ok(marked(name, runs))
-        assert starts(runs, "first") == [pid]
+        assert starts(runs, "first") == [first]
         agent.wait_running(name)
     finally:
         try:

@@ -69,6 +69,7 @@ from nodeagent.daemonkit.auth import (
 from nodeagent.daemonkit.configfile import ConfigError
 from nodeagent.daemonkit.logsetup import configure_logging
 from nodeagent.daemonkit.progress import ProgressMonitor, Steps
+from nodeagent.daemonkit import stackdump
 from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
 from nodeagent.daemonkit.tasks import GuardedTasks
 
@@ -280,6 +281,7 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        stackdump.install(loop)  # SIGUSR1: where every thread and task is
         await self.start()
         self.tasks.start(self.eviction.run(), name="eviction", forever=True)
         self.tasks.start(self.housekeeping(), name="housekeeping", forever=True)

@@ -129,8 +129,10 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio
 
     from nodeagent.agent.daemon import build_agent
+    from nodeagent.daemonkit import stackdump
     from nodeagent.daemonkit.logsetup import configure_logging
 
+    stackdump.install_thread_dump()  # kill -USR1: where a start-up that never gets ready is
     config = _load(args)
     if config is None:
         return 1
