@@ -10,8 +10,10 @@ Only processes inside that cgroup root are ever killed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -488,6 +490,58 @@ def test_malformed_requests_are_refused_and_the_agent_carries_on(agent: AgentPro
     assert agent.alive
     agent.create_ok(pod_manifest("after", SLEEP))
     agent.wait_running("after")
+
+
+STRANGER = """
+import json, sys, urllib.request, urllib.error
+method, base, out = sys.argv[1], sys.argv[2], {}
+for path in sys.argv[3:]:
+    req = urllib.request.Request(base + path, data=b"{}" if method == "POST" else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            out[path] = [r.status, r.read().decode(errors="replace")]
+    except urllib.error.HTTPError as e:
+        out[path] = [e.code, e.read().decode(errors="replace")]
+print(json.dumps(out))
+"""
+READ_PATHS = ["/api/v1/pods", "/api/v1/node", "/api/v1/events", "/metrics", "/metrics/resource",
+              "/stats/summary", "/api/v1/namespaces/default/pods/talker", "/api/v1/namespaces/default/pods/talker/log"]
+
+
+def as_nobody(agent: AgentProcess, method: str, paths: list[str]) -> dict[str, tuple[int, str]]:
+    """Each path over loopback TCP as the unprivileged user nobody (uid 65534), no credentials."""
+    out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+                          "-c", STRANGER, method, f"http://127.0.0.1:{agent.port}", *paths],
+                         capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    return {path: (code, body) for path, (code, body) in json.loads(out.stdout).items()}
+
+
+def test_no_reads_for_strangers_unless_opted_in(make_agent: Callable[..., AgentProcess]) -> None:
+    """The user nobody reaches the port on loopback but reads nothing: not a pod's log with a
+    secret in it, not its spec, not /metrics; /healthz only. anonymousLoopbackReads opens reads."""
+    secret = "SECRET-TOKEN=abc"
+    for opt_in in (False, True):
+        agent = make_agent(extra_config={"anonymousLoopbackReads": opt_in})
+        manifest = pod_manifest("talker", f"echo {secret}; {SLEEP}")
+        manifest["spec"]["containers"][0]["env"] = [{"name": "API_KEY", "value": "xyz-env-value"}]
+        agent.create_ok(manifest)
+        agent.wait_running("talker")
+        poll_until(lambda agent=agent: secret in agent.request(
+            "GET", "/api/v1/namespaces/default/pods/talker/log")[1], 30, "the secret in the log")
+        answers = as_nobody(agent, "GET", [*READ_PATHS, "/healthz"])
+        assert answers["/healthz"] == (200, "ok")
+        if not opt_in:
+            for path in READ_PATHS:
+                code, body = answers[path]
+                assert code == 401, (path, code, body)
+                assert secret not in body and "xyz-env-value" not in body and "talker" not in body, (path, body)
+        else:
+            assert all(answers[p][0] == 200 for p in READ_PATHS), answers
+            assert secret in answers["/api/v1/namespaces/default/pods/talker/log"][1]
+            assert "xyz-env-value" in answers["/api/v1/namespaces/default/pods/talker"][1]
+        assert as_nobody(agent, "POST", ["/api/v1/pods"])["/api/v1/pods"][0] == 401  # writes: never
 
 
 def test_static_pod_files_changed_while_the_agent_was_down(make_agent: Callable[..., AgentProcess],

@@ -114,7 +114,7 @@ def start_hogs(agent: AgentProcess, hogs: Hogs, specs: dict[str, dict[str, Any]]
 
 
 def metric_samples(agent: AgentProcess) -> list[Any]:
-    status, text = agent.request("GET", "/metrics", auth=False)
+    status, text = agent.request("GET", "/metrics")
     assert status == 200, text
     return [s for family in text_string_to_metric_families(text) for s in family.samples]
 

@@ -41,7 +41,7 @@ def _write(agent: AgentProcess, config: dict[str, Any] | str) -> None:
 
 
 def _metrics(agent: AgentProcess) -> dict[str, list[Any]]:
-    status, text = agent.request("GET", "/metrics", auth=False)
+    status, text = agent.request("GET", "/metrics")
     assert status == 200
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 

@@ -150,7 +150,9 @@ LOCAL, REMOTE, REMOTE_TLS = Peer(host="127.0.0.1"), Peer(host="192.0.2.7"), Peer
 @pytest.mark.parametrize(
     ("mode", "peer", "method", "path", "header", "code"),
     [
-        (MODE, LOCAL, "GET", "/api/v1/pods", None, 200),
+        (MODE, LOCAL, "GET", "/api/v1/pods", None, 401),  # any local user reaches loopback: no anonymous reads
+        (MODE, LOCAL, "GET", "/api/v1/pods", f"Bearer {TOKEN}", 200),
+        (MODE, LOCAL, "GET", "/healthz", None, 200),
         (MODE, LOCAL, "POST", "/api/v1/pods", None, 401),
         (MODE, LOCAL, "DELETE", "/api/v1/namespaces/a/pods/b", None, 401),
         (MODE, LOCAL, "POST", "/api/v1/pods", f"Bearer {TOKEN}", 200),
@@ -165,7 +167,9 @@ LOCAL, REMOTE, REMOTE_TLS = Peer(host="127.0.0.1"), Peer(host="192.0.2.7"), Peer
         (MODE, Peer(unix=True), "POST", "/api/v1/pods", None, 200),
         (None, LOCAL, "POST", "/api/v1/pods", None, 401),
         (None, LOCAL, "POST", "/api/v1/pods", f"Bearer {TOKEN}", 401),  # no token configured
-        (None, LOCAL, "GET", "/api/v1/node", None, 200),
+        (None, LOCAL, "GET", "/api/v1/node", None, 401),
+        (None, LOCAL, "GET", "/metrics", None, 401),
+        (None, Peer(unix=True), "GET", "/api/v1/node", None, 200),
         ("none", REMOTE, "POST", "/api/v1/pods", None, 200),
     ],
 )
@@ -174,6 +178,26 @@ def test_decide(mode: Any, peer: Peer, method: str, path: str, header: str | Non
     d = decide(mode, token, peer, method, path, header)
     assert (d.code if not d.allowed else 200) == code, d
     assert TOKEN not in d.message and TOKEN not in d.identity
+
+
+@pytest.mark.parametrize(
+    ("mode", "peer", "method", "header", "code"),
+    [
+        (MODE, LOCAL, "GET", None, 200),
+        (MODE, LOCAL, "HEAD", None, 200),
+        (None, LOCAL, "GET", None, 200),
+        (MODE, LOCAL, "POST", None, 401),  # writes never
+        (None, LOCAL, "DELETE", None, 401),
+        (MODE, LOCAL, "GET", "Bearer wrong", 401),  # a wrong token stays loud
+        (MODE, REMOTE, "GET", None, 401),  # loopback only
+        (None, REMOTE_TLS, "GET", None, 401),
+    ],
+)
+def test_decide_with_anonymous_loopback_reads(mode: Any, peer: Peer, method: str, header: str | None,
+                                               code: int) -> None:
+    d = decide(mode, TOKEN.encode() if mode == MODE else None, peer, method, "/api/v1/pods", header,
+               loopback_reads=True)
+    assert (d.code if not d.allowed else 200) == code, d
 
 
 # ---- through the middleware ----
@@ -192,9 +216,19 @@ async def test_token_required_for_writes(client: TestClient) -> None:
     assert r.status == 200
 
 
-async def test_reads_open_on_loopback(client: TestClient) -> None:
-    assert (await client.get("/api/v1/pods")).status == 200
+async def test_reads_need_credentials_on_loopback_too(client: TestClient) -> None:
+    r = await client.get("/api/v1/pods")
+    assert r.status == 401 and (await r.json())["message"].startswith("unauthorized: reads need a bearer token")
+    assert (await client.get("/api/v1/namespaces/default/pods/web/log")).status == 401
+    assert (await client.get("/api/v1/pods", headers=bearer(TOKEN))).status == 200
     assert (await client.get("/healthz")).status == 200
+
+
+async def test_reads_open_on_loopback_when_opted_in() -> None:
+    auth = Authenticator(AuthenticationConfig(tokenFile="/unused"), TOKEN.encode(), loopback_reads=True)
+    async with TestClient(TestServer(create_app(Backend(), auth=auth))) as c:
+        assert (await c.get("/api/v1/pods")).status == 200
+        assert (await c.post("/api/v1/pods", json=POD)).status == 401
 
 
 async def test_denials_are_kubernetes_status_objects(client: TestClient) -> None:
@@ -348,7 +382,7 @@ async def test_client_certificate_authenticates_writes(pki: Path) -> None:
             async with s.post(url, json=POD, ssl=_client_ctx(pki, None)) as r:
                 assert r.status == 401
             async with s.get(url, ssl=_client_ctx(pki, None)) as r:
-                assert r.status == 200  # loopback read
+                assert r.status == 401  # no anonymous reads, on loopback either
             with pytest.raises(aiohttp.ClientError):  # a certificate from another CA fails the handshake
                 async with s.post(url, json=POD, ssl=_client_ctx(pki, "rogue")) as r:
                     pass

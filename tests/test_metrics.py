@@ -175,7 +175,7 @@ async def test_metrics_endpoint_and_request_histogram() -> None:
         def list_pods(self) -> list[dict[str, Any]]:
             return []
 
-    auth = Authenticator(AuthenticationConfig(tokenFile="/unused"), b"tok")
+    auth = Authenticator(AuthenticationConfig(tokenFile="/unused"), b"tok", loopback_reads=True)
     app = create_app(Backend(), auth=auth, metrics=metrics)  # type: ignore[arg-type]
     async with TestClient(TestServer(app)) as c:
         for name in ("a", "b", "c"):

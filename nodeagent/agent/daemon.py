@@ -105,7 +105,8 @@ def build_agent(config: Config, *, config_path: str | None = None, clock: Clock 
     return Agent(config, facts, driver=driver, clock=clock or SystemClock(), config_path=config_path,
                  checkpoints=CheckpointStore(config.state_dir),  # makes <stateDir>/checkpoints
                  ssl_context=make_ssl_context(config),  # FieldError naming the key if unusable
-                 auth=Authenticator.from_config(config),  # reads the token file now: fail at start
+                 # reads the token file now: fail at start
+                 auth=Authenticator.from_config(config, loopback_reads=config.anonymous_loopback_reads),
                  notifier=Notifier.from_env())  # also removes NOTIFY_SOCKET from our environment
 
 

@@ -77,7 +77,7 @@ class SchedulerService:
                              max_backoff=config.pod_max_backoff)
         auth = config.authentication
         token = read_token(auth.token_file) if isinstance(auth, AuthenticationConfig) and auth.token_file else None
-        self.auth = Authenticator(auth, token)
+        self.auth = Authenticator(auth, token, loopback_reads=True)  # the scheduler's reads stay open on loopback
         self._polls: dict[str, asyncio.Task[None]] = {}
         self._loops: list[asyncio.Task[Any]] = []
         self._unreachable: set[str] = set()

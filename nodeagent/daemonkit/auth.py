@@ -4,8 +4,11 @@ The API can start pods that run as any user, so write access is root-equivalent.
 - `authentication: none` (explicit): everything is open (for a closed test network, on purpose);
 - the Unix socket is trusted: it is mode 0600 in a root-owned directory, so only root connects;
 - a valid bearer token or a verified client certificate may do everything;
-- without credentials, only reads (GET/HEAD) from a loopback peer are allowed, plus /healthz
-  from anywhere; writes are 401 even on loopback (any local user can reach 127.0.0.1);
+- without credentials only /healthz is open, from anywhere. Any local user can reach 127.0.0.1,
+  and reads show pod specs, env values and logs, so anonymous reads from a loopback peer
+  (GET/HEAD) are an explicit opt-in (`loopback_reads`, the agent's `anonymousLoopbackReads`),
+  as the kubelet keeps its unauthenticated read-only port off by default; writes need
+  credentials even then;
 - a bearer token that is presented but wrong is 401 even where anonymous reads are allowed, so a
   misconfigured client fails loudly instead of silently reading as anonymous;
 - a valid token sent in clear from another host (plain HTTP, non-loopback peer) is 403: the token
@@ -118,7 +121,7 @@ def bearer_token(header: str | None) -> str | None:
 
 
 def decide(mode: Authentication, token: bytes | None, peer: Peer, method: str, path: str,
-           authorization: str | None) -> AuthDecision:
+           authorization: str | None, *, loopback_reads: bool = False) -> AuthDecision:
     """The access rules of this module's docstring, without I/O."""
     if mode == "none":
         return AuthDecision(True, "anonymous (authentication: none)")
@@ -134,9 +137,9 @@ def decide(mode: Authentication, token: bytes | None, peer: Peer, method: str, p
         return AuthDecision(True, "token")
     if peer.cert_subject is not None:
         return AuthDecision(True, f"x509:{peer.cert_subject}")
-    if path in OPEN_PATHS or (method in READ_METHODS and peer.loopback):
+    if path in OPEN_PATHS or (loopback_reads and method in READ_METHODS and peer.loopback):
         return AuthDecision(True, "anonymous")
-    needs = "writes need" if method not in READ_METHODS else "requests from other hosts need"
+    needs = "writes need" if method not in READ_METHODS else "reads need"
     return AuthDecision(False, "anonymous", 401, f"{needs} a bearer token or a client certificate "
                                                  "(or the agent's Unix socket)")
 
@@ -185,16 +188,17 @@ def read_token(path: str) -> bytes:
 class Authenticator:
     """Holds the mode and the token, and gives the aiohttp middleware that applies `decide`."""
 
-    def __init__(self, mode: Authentication, token: bytes | None = None) -> None:
+    def __init__(self, mode: Authentication, token: bytes | None = None, *, loopback_reads: bool = False) -> None:
         self.mode = mode
         self.token = token
+        self.loopback_reads = loopback_reads
         self.cert_auth = isinstance(mode, AuthenticationConfig) and mode.client_ca_file is not None
 
     @classmethod
-    def from_config(cls, config: ServingConfig) -> Authenticator:
+    def from_config(cls, config: ServingConfig, *, loopback_reads: bool = False) -> Authenticator:
         mode = config.authentication
         token = read_token(mode.token_file) if isinstance(mode, AuthenticationConfig) and mode.token_file else None
-        return cls(mode, token)
+        return cls(mode, token, loopback_reads=loopback_reads)
 
     def reload(self) -> None:
         """Re-read the token file (SIGHUP): rotate tokens without a restart."""
@@ -205,7 +209,7 @@ class Authenticator:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         peer = peer_of(request)
         d = decide(self.mode, self.token, peer, request.method, request.path,
-                   request.headers.get("Authorization"))
+                   request.headers.get("Authorization"), loopback_reads=self.loopback_reads)
         if not d.allowed:
             log.info("api_request_denied", method=request.method, path=request.path, code=d.code,
                      peer="unix" if peer.unix else peer.host, reason=d.message)

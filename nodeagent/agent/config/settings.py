@@ -55,8 +55,9 @@ API_VERSION = NODEAGENT_API_VERSION
 KIND = "NodeAgentConfiguration"
 _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/agent/config/defaults.yaml"
-RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication", "tlsCertFile",
-                "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes", "nice")
+RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication",
+                "anonymousLoopbackReads", "tlsCertFile", "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes",
+                "nice")
 UNIX_SOCKET_NAME = "nodeagent.sock"
 V = TypeVar("V")
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
@@ -153,8 +154,10 @@ class Config(BaseModel):
     # the agent's own CPU nice value; children (pods) start at 0 (node/priority.py)
     nice: int = Field(default=-10, ge=-20, le=19)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    # API access. Unset authentication: reads open on loopback, writes only over unixSocket.
+    # API access. Unset authentication: only the unixSocket (and /healthz); daemonkit/auth.py.
     authentication: AuthenticationField = None
+    # Reads (GET) over loopback TCP without credentials: off, since any local user reaches 127.0.0.1.
+    anonymous_loopback_reads: bool = False
     tls_cert_file: AbsolutePath | None = None
     tls_private_key_file: AbsolutePath | None = None
     unix_socket: Annotated[str | None, AfterValidator(_unix_socket_path)] = None
