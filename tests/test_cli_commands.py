@@ -24,7 +24,7 @@ from nodeagent.agent.api import AdmissionError, AlreadyExists, create_app
 from nodeagent.agent.node.status import ConditionTracker, NodeStatusInput, build_node
 from nodeagent.cli import client_commands as cli_commands
 from nodeagent.cli.client import _error_message
-from nodeagent.cli.client_commands import LogFollower, pod_ref, socket_path_from_config
+from nodeagent.cli.client_commands import LogFollower, UsageError, pod_ref, socket_path_from_config
 from nodeagent.cli.main import main
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.errors import FieldError
@@ -236,6 +236,15 @@ def test_default_config_path_then_embedded_defaults(short_dir: str) -> None:
     present = Path(short_dir, "config.yaml")
     present.write_text("stateDir: /srv/agent\n")
     assert socket_path_from_config(None, str(present)) == "/srv/agent/nodeagent.sock"
+
+
+def test_the_config_files_unix_socket_is_the_one_dialled(short_dir: str) -> None:
+    config = Path(short_dir, "config.yaml")
+    config.write_text("stateDir: /srv/agent\nunixSocket: /run/nodeagent/api.sock\n")
+    assert socket_path_from_config(str(config)) == "/run/nodeagent/api.sock"
+    config.write_text("unixSocket: null\n")
+    with pytest.raises(UsageError, match="unixSocket is null"):
+        socket_path_from_config(str(config))
 
 
 def test_bad_config_is_one_line(short_dir: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,14 +51,17 @@ def _read_token(path: str) -> str:
 
 
 def socket_path_from_config(config_path: str | None, default_path: str = DEFAULT_CONFIG) -> str:
-    """`<stateDir>/nodeagent.sock` of the config file (default: /etc/nodeagent/config.yaml if it
-    exists, else the embedded defaults)."""
+    """The `unixSocket` of the config file (unset there: `<stateDir>/nodeagent.sock`), the file
+    being /etc/nodeagent/config.yaml if it exists, else the embedded defaults."""
     path = config_path or (default_path if os.path.exists(default_path) else None)
     try:
         config = load_config(path) if path else load_default_config()
     except ConfigError as e:
         raise UsageError(f"{e.source}: {e.errors[0] if e.errors else 'invalid config'}") from None
-    return os.path.join(config.state_dir, SOCKET_NAME)
+    if config.unix_socket is None:
+        raise UsageError(f"{path or 'the embedded defaults'}: unixSocket is null (no socket): "
+                         "use --server URL with --token-file")
+    return config.unix_socket
 
 
 def target_from_args(args: argparse.Namespace) -> Target:
@@ -79,7 +82,7 @@ def _connection_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument("--config", metavar="FILE",
-                   help=f"agent config whose stateDir holds {SOCKET_NAME} "
+                   help=f"agent config whose unixSocket to use (unset there: stateDir/{SOCKET_NAME}) "
                         f"(default: {DEFAULT_CONFIG} if it exists, else the embedded defaults)")
     g.add_argument("--socket", metavar="PATH", help="the agent's Unix socket (overrides --config)")
     g.add_argument("--server", metavar="URL", help="talk HTTP(S) to URL instead of the Unix socket")
