@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import structlog
+import structlog.testing
 
 from nodeagent.agent.cgroups.common import read_flat_keyed
 from nodeagent.agent.cgroups.detect import make_driver
@@ -205,8 +207,12 @@ async def test_v1_threshold_wakes_when_a_hog_crosses_it(v1_cgroup: CgroupDriver)
         # armed far away first, then moved to the real line: exercises re-arming every round
         notifier = MemcgThresholdNotifier(rec.wake, d, [hog.baseline + 200 * MI])
         try:
-            await notifier.start()
-            notifier.rearm([target])
+            with structlog.testing.capture_logs() as logs:
+                await notifier.start()
+                notifier.rearm([target])
+            # state changes at info, routine at debug: the lines move with the node's memory
+            assert [(e["event"], e["log_level"]) for e in logs] == [
+                ("memcg_threshold_armed", "info"), ("memcg_threshold_rearmed", "debug")], logs
             rec.reset()
             t0, t1 = await hog.fill_to(target)
             woke = await rec.wait(5.0)

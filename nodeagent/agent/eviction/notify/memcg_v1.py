@@ -62,6 +62,7 @@ class MemcgThresholdNotifier:
                 raise NotifierUnavailable(f"no {f}: not a cgroup v1 memory cgroup")
         self._loop = asyncio.get_running_loop()
         self._register()
+        log.info("memcg_threshold_armed", cgroup=self.memcg_dir, thresholds=list(self.thresholds))
 
     def rearm(self, thresholds: Sequence[int]) -> None:
         """Replace the thresholds (close the eventfd, register a new one). Needs start() first."""
@@ -71,6 +72,8 @@ class MemcgThresholdNotifier:
         self._unregister()
         self.thresholds = new
         self._register()
+        # routine: the lines follow the node's memory every pass that moves them
+        log.debug("memcg_threshold_rearmed", cgroup=self.memcg_dir, thresholds=list(self.thresholds))
 
     def _register(self) -> None:
         assert self._loop is not None
@@ -88,7 +91,6 @@ class MemcgThresholdNotifier:
             os.close(efd)
             raise
         self._efd = efd
-        log.info("memcg_threshold_armed", cgroup=self.memcg_dir, thresholds=list(self.thresholds))
 
     def _ready(self) -> None:
         if self._efd is None:
