@@ -363,10 +363,11 @@ def condition(agent: AgentProcess, kind: str) -> bool:
 
 
 def evictions(agent: AgentProcess) -> list[dict[str, Any]]:
-    """Eviction events, oldest first."""
+    """Eviction events, oldest first: pods that ran and were evicted. A pod refused at admission
+    under pressure gets an Evicted event too (the kubelet's reason), worded "The node had condition"."""
     status, body = agent.request("GET", "/api/v1/events")
     assert status == 200, (status, body)
-    return [e for e in body["items"] if e["reason"] == "Evicted"]
+    return [e for e in body["items"] if e["reason"] == "Evicted" and not e["message"].startswith("The node had condition")]
 
 
 def evicted_names(agent: AgentProcess) -> list[str]:

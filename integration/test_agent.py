@@ -337,6 +337,11 @@ def test_pod_that_does_not_fit_is_refused_and_nothing_runs(agent: AgentProcess, 
         for parent in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
             assert not agent.cg.exists(f"{parent}/pod{uid}")
         assert not marker.exists()
+        # as the kubelet: the refusal is an event on the pod (and the recorder's log line)
+        events = agent.request("GET", "/api/v1/events")[1]["items"]
+        refused = [e for e in events if e["involvedObject"]["name"] == f"huge-{resource}"]
+        assert [(e["reason"], e["type"], e["involvedObject"]["uid"]) for e in refused] == [(reason, "Warning", uid)]
+        assert refused[0]["message"] == body["message"]
     # Refusals hold nothing back: a pod that fits is admitted and runs.
     agent.create_ok(pod_manifest("fits", SLEEP, requests={"cpu": "100m", "memory": "16Mi"}))
     agent.wait_running("fits")

@@ -268,6 +268,9 @@ def test_besteffort_refused_under_memory_pressure(start_agent: StartAgent, tmp_p
     status, body = agent.create(sleeper("be"))
     assert status == 422, (status, body)
     assert body["reason"] == "Evicted" and body["message"] == "The node had condition: [MemoryPressure]. ", body
+    events = agent.request("GET", "/api/v1/events")[1]["items"]
+    assert [(e["reason"], e["message"]) for e in events if e["involvedObject"]["name"] == "be"] == [
+        ("Evicted", body["message"])], events
     agent.create_ok(sleeper("burstable", res={"requests": {"memory": "8Mi"}}))
     agent.create_ok(sleeper("critical-be", priorityClassName="system-node-critical"))
     assert agent.pod("be") is None

@@ -25,6 +25,7 @@ from nodeagent.agent.config.reload import ReloadResult
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.manager import EvictionManager, PassResult
 from nodeagent.agent.node.reporter import NodeReporter
+from nodeagent.agent.pods.errors import AdmissionError
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.core.clock import Clock
@@ -57,7 +58,13 @@ class Backend(AgentBackend, SnapshotProvider):
         return self.pods.get_pod(namespace, name)
 
     async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        return await self.pods.create_pod(manifest)
+        try:
+            return await self.pods.create_pod(manifest)
+        except AdmissionError as e:  # a refused pod leaves no object: the event (and its log line) tells
+            meta = manifest.get("metadata") or {}
+            self.recorder.record(e.reason, e.message, namespace=str(meta.get("namespace") or "default"),
+                                 name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""))
+            raise
 
     async def delete_pod(self, namespace: str, name: str, grace_period: int | None) -> dict[str, Any] | None:
         return await self.pods.delete_pod(namespace, name, grace_period)
