@@ -347,6 +347,23 @@ def test_pod_that_does_not_fit_is_refused_and_nothing_runs(agent: AgentProcess, 
     agent.wait_running("fits")
 
 
+def test_a_pod_naming_an_image_is_refused_unless_it_opts_into_host_mode(agent: AgentProcess, tmp_path: Path) -> None:
+    """Containers are host processes: an `image` would be ignored and the command run on the host
+    as root. So it is a 422 naming the field, and nothing runs, unless the pod says host mode."""
+    marker = tmp_path / "ran"
+    manifest = pod_manifest("imaged", f"touch {marker}; {SLEEP}", uid=_uid())
+    manifest["spec"]["containers"][0]["image"] = "busybox:1.36"
+    status, body = agent.create(manifest)
+    assert status == 422 and body["reason"] == "Invalid", body
+    assert [c["field"] for c in body["details"]["causes"]] == ["spec.containers[0].image"], body
+    assert agent.pod("imaged") is None and not marker.exists()
+    assert not agent.cg.exists(f"kubepods/besteffort/pod{manifest['metadata']['uid']}")
+    manifest["metadata"]["annotations"] = {"nodeagent.io/host-process": "true"}
+    agent.create_ok(manifest)
+    agent.wait_running("imaged")
+    poll_until(marker.exists, 30, "the command to run on the host")
+
+
 # ---- 8. agent crash and restart ----
 
 

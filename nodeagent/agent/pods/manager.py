@@ -35,6 +35,7 @@ from nodeagent.agent.config.settings import Config
 from nodeagent.agent.node.allocatable import NodeAllocatable
 from nodeagent.agent.pods.checkpoint import CheckpointStore, Deletion
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
+from nodeagent.agent.pods.host_process import refuse_images
 from nodeagent.agent.pods.journal import CheckpointJournal
 from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.pods.stats_targets import stats_target
@@ -229,6 +230,7 @@ class PodManager:
     async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Admit, record durably (group commit), then start: answered once the record is on disk."""
         pod = parse_pod(manifest)
+        refuse_images(pod)  # no image runs as a host process unless the pod says so
         async with self._lock:
             key = (pod.metadata.namespace, pod.metadata.name)
             if key in self.pods:
