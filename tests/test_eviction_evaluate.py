@@ -41,6 +41,7 @@ from nodeagent.agent.eviction.observations import (
     pid_available,
     working_set,
 )
+from nodeagent.agent.pods.plan import PodPlan, plan_pod
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.model import parse_pod
 from nodeagent.core.quantity import parse_quantity
@@ -290,14 +291,15 @@ def test_state_is_immutable() -> None:
 RES = {"cpu": "100m", "memory": "1Gi"}
 
 
-def pod(name: str, qos: str, **spec: Any) -> Any:
+def pod(name: str, qos: str, **spec: Any) -> PodPlan:
+    """The pod as admission planned it (its QoS class and criticality derived once)."""
     resources = {"Guaranteed": {"requests": RES, "limits": RES}, "Burstable": {"requests": RES}, "BestEffort": {}}[qos]
     annotations = spec.pop("annotations", {})
-    return parse_pod({
+    return plan_pod(parse_pod({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "uid": name, "annotations": annotations},
         "spec": {"containers": [{"name": "c", "command": ["true"], "resources": resources}], **spec},
-    })
+    }), state_dir="/state", memory_capacity=8 * 1024**3)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from nodeagent.agent.config.thresholds import parse_thresholds
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.manager import EvictionManager
 from nodeagent.agent.eviction.observations import Observation, PodUsage
+from nodeagent.agent.pods.plan import PodPlan, plan_pod
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.model import Pod, parse_pod
 
@@ -17,20 +18,22 @@ MI = 1024 * 1024
 CAP = 1024 * MI
 
 
-def pod(name: str, *, priority: int = 0, request: str | None = None) -> Pod:
+def pod(name: str, *, priority: int = 0, request: str | None = None) -> PodPlan:
+    """The pod as admission planned it: what the eviction manager is given."""
     resources = {"requests": {"memory": request}} if request else {}
-    return parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "uid": f"uid-{name}"},
-                      "spec": {"priority": priority,
-                               "containers": [{"name": "c", "command": ["x"], "resources": resources}]}})
+    return plan_pod(parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "uid": f"uid-{name}"},
+                               "spec": {"priority": priority,
+                                        "containers": [{"name": "c", "command": ["x"], "resources": resources}]}}),
+                    state_dir="/state", memory_capacity=CAP)
 
 
 class FakeNode:
     """Memory that pods use; evicting a pod gives its usage back."""
 
-    def __init__(self, clock: FakeClock, other: int, pods: list[tuple[Pod, int]]) -> None:
+    def __init__(self, clock: FakeClock, other: int, pods: list[tuple[PodPlan, int]]) -> None:
         self.clock = clock
         self.other = other
-        self.pods = {p.metadata.name: (p, used) for p, used in pods}
+        self.pods = {p.pod.metadata.name: (p, used) for p, used in pods}
         self.evicted: list[tuple[str, float, str]] = []
         self.garbage = 0
 
@@ -39,7 +42,7 @@ class FakeNode:
         return {"memory.available": Observation(CAP - used, CAP, self.clock.now()),
                 "nodefs.available": Observation(10**12 - self.garbage, 10**12, self.clock.now())}
 
-    def evictable_pods(self) -> list[Pod]:
+    def evictable_pods(self) -> list[PodPlan]:
         return [p for p, _ in self.pods.values()]
 
     def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:

@@ -26,6 +26,7 @@ from nodeagent.agent.eviction.ranking import (
     rank_pids,
     select_victims,
 )
+from nodeagent.agent.pods.plan import PodPlan, plan_pod
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.quantity import parse_quantity
 
@@ -37,8 +38,9 @@ def q(text: str) -> int:
     return parse_quantity(text).value()
 
 
-def pod(name: str, priority: int | None = DEFAULT, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, **meta: Any) -> Pod:
-    return parse_pod({
+def pod(name: str, priority: int | None = DEFAULT, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, **meta: Any) -> PodPlan:
+    """The pod as eviction sees it: its plan (criticality, requests), derived once at admission."""
+    return plan_pod(parse_pod({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "uid": name, "annotations": meta.pop("annotations", {})},
         "spec": {
@@ -46,11 +48,11 @@ def pod(name: str, priority: int | None = DEFAULT, requests: dict[str, str] | No
             "containers": [{"name": name, "command": ["true"], "resources": {"requests": requests or {}, "limits": limits or {}}}],
             **meta,
         },
-    })
+    }), state_dir="/state", memory_capacity=64 * Gi)
 
 
-def names(pods: list[Pod]) -> list[str]:
-    return [p.metadata.name for p in pods]
+def names(pods: list[PodPlan]) -> list[str]:
+    return [p.pod.metadata.name for p in pods]
 
 
 def mem_usage(**ws: str) -> dict[str, PodUsage]:
@@ -164,7 +166,7 @@ def test_critical_pods_are_never_ranked_or_chosen() -> None:
     node_critical = pod("node-critical", priority=2_000_001_000)
     just_below = pod("just-below", 1_999_999_999)
     pods = [static, mirror, cluster_critical, node_critical, just_below]
-    usage = {p.metadata.uid: PodUsage(p.metadata.uid, 10 * Gi, 10 * Gi, 10, 10) for p in pods}
+    usage = {p.uid: PodUsage(p.uid, 10 * Gi, 10 * Gi, 10, 10) for p in pods}
     assert names(evictable(pods)) == ["just-below"]
     for signal in ("memory.available", "nodefs.available", "nodefs.inodesFree", "pid.available"):
         assert names(rank_for_signal(signal, pods, usage)) == ["just-below"]

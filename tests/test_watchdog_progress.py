@@ -24,6 +24,7 @@ from nodeagent.agent.eviction.observations import Observation, PodUsage
 from nodeagent.agent.node.allocatable import allocatable_for
 from nodeagent.agent.node.capacity import Capacity
 from nodeagent.agent.pods.checkpoint import CheckpointStore
+from nodeagent.agent.pods.plan import PodPlan, plan_pod
 from nodeagent.agent.runtime.spawn import LaunchSpec
 from nodeagent.agent.runtime.supervisor import KILL_STEP_S, ContainerConfig, ContainerWorker
 from nodeagent.core.clock import FakeClock
@@ -86,8 +87,8 @@ class StuckEviction:
     def observe(self) -> dict[str, Observation]:
         return {"memory.available": Observation(10 * MI, GI, self.clock.now())}
 
-    def evictable_pods(self) -> list[Pod]:
-        return [victim()]
+    def evictable_pods(self) -> list[PodPlan]:
+        return [plan_pod(victim(), state_dir="/state", memory_capacity=GI)]
 
     def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid, memory_working_set=500 * MI) for p in pods}

@@ -58,6 +58,7 @@ from nodeagent.agent.pods.worker import PodEnv
 from nodeagent.agent.stats.sampler import Sampler
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import FieldError
+from nodeagent.daemonkit import stackdump
 from nodeagent.daemonkit.auth import (
     Authenticator,
     bind_unix_socket,
@@ -69,7 +70,6 @@ from nodeagent.daemonkit.auth import (
 from nodeagent.daemonkit.configfile import ConfigError
 from nodeagent.daemonkit.logsetup import configure_logging
 from nodeagent.daemonkit.progress import ProgressMonitor, Steps
-from nodeagent.daemonkit import stackdump
 from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
 from nodeagent.daemonkit.tasks import GuardedTasks
 

@@ -43,10 +43,10 @@ from nodeagent.agent.config.thresholds import (
     SIGNAL_RESOURCE,
     Threshold,
 )
-from nodeagent.agent.eviction.observations import Observation
+from nodeagent.agent.eviction.observations import Observation, PodFacts
 from nodeagent.core import wellknown
 from nodeagent.core.model import Pod
-from nodeagent.core.qos import BEST_EFFORT, is_critical, qos_class
+from nodeagent.core.qos import BEST_EFFORT
 from nodeagent.core.tolerations import Taint, tolerated_by_any
 from nodeagent.core.wellknown import TAINT_MEMORY_PRESSURE
 
@@ -305,8 +305,9 @@ def _tolerates_memory_pressure(pod: Pod) -> bool:
     return tolerated_by_any(pod.spec.tolerations, _MEMORY_PRESSURE_TAINT)
 
 
-def admit_under_pressure(pod: Pod, conditions: Iterable[str]) -> tuple[bool, str | None, str]:
-    """The eviction manager's admission handler: (admit, reason, message).
+def admit_under_pressure(pod: PodFacts, conditions: Iterable[str]) -> tuple[bool, str | None, str]:
+    """The eviction manager's admission handler: (admit, reason, message), from the pod's
+    admission facts (its plan's criticality and QoS class).
 
     No condition: admit. Critical pods: always admit. Only MemoryPressure: admit all but
     BestEffort pods, and BestEffort pods that tolerate the memory-pressure taint. Any other
@@ -315,8 +316,8 @@ def admit_under_pressure(pod: Pod, conditions: Iterable[str]) -> tuple[bool, str
     (Go's %v of the condition list, trailing space included).
     """
     present = _ordered_conditions(conditions)
-    if not present or is_critical(pod):
+    if not present or pod.critical:
         return True, None, ""
-    if present == (MEMORY_PRESSURE,) and (qos_class(pod) != BEST_EFFORT or _tolerates_memory_pressure(pod)):
+    if present == (MEMORY_PRESSURE,) and (pod.qos != BEST_EFFORT or _tolerates_memory_pressure(pod.pod)):
         return True, None, ""
     return False, EVICTION_REASON, f"The node had condition: [{' '.join(present)}]. "

@@ -34,7 +34,7 @@ from nodeagent.agent.eviction.evaluate import (
     step,
     thresholds_met,
 )
-from nodeagent.agent.eviction.observations import Observation, PodUsage
+from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsage
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import Pod
@@ -54,8 +54,8 @@ def pass_bound(interval: float, max_pod_grace_period: int) -> float:
 class PodsAccess(Protocol):
     """What the eviction manager needs from the pod manager."""
 
-    def evictable_pods(self) -> list[Pod]:
-        """Pods that hold resources now (admitted, not terminal)."""
+    def evictable_pods(self) -> Sequence[PodFacts]:
+        """Pods that hold resources now (admitted, not terminal), with their admission facts."""
         ...
 
     def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]: ...
@@ -116,8 +116,8 @@ class EvictionManager:
     def conditions(self) -> tuple[str, ...]:
         return self.state.node_conditions
 
-    def admit(self, pod: Pod) -> tuple[str, str] | None:
-        """Admission under pressure: (reason, message) to refuse, or None."""
+    def admit(self, pod: PodFacts) -> tuple[str, str] | None:
+        """Admission under pressure, from the pod's plan: (reason, message) to refuse, or None."""
         ok, reason, message = admit_under_pressure(pod, self.conditions)
         return None if ok else (reason or EVICTION_REASON, message)
 
@@ -181,10 +181,10 @@ class EvictionManager:
             observed = observations[signal]
             amount = reclaim_amount(threshold, observed)
         evictable = self.pods.evictable_pods()
-        self._evicted &= {p.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
-        candidates = [p for p in evictable if p.metadata.uid not in self._evicted]
-        usage = self.pods.usage(candidates, with_disk=resource in DISK_RESOURCES)
-        victims = select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)
+        self._evicted &= {p.pod.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
+        candidates = [p for p in evictable if p.pod.metadata.uid not in self._evicted]
+        usage = self.pods.usage([p.pod for p in candidates], with_disk=resource in DISK_RESOURCES)
+        victims = [p.pod for p in select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)]
         if not victims:
             log.warning("eviction_no_victim", signal=signal, observed=observed.available if observed else None)
             return self._done(result)

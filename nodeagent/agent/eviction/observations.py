@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from nodeagent.agent.config.thresholds import (
     ALLOCATABLE_MEMORY_AVAILABLE,
@@ -36,6 +37,30 @@ from nodeagent.agent.config.thresholds import (
     NODEFS_INODES_FREE,
     PID_AVAILABLE,
 )
+from nodeagent.core.model import Pod
+from nodeagent.core.qos import QOSClass
+from nodeagent.core.quantity import Quantity
+
+
+class PodFacts(Protocol):
+    """What the eviction side knows of a pod: the facts admission derived once (pods/plan.py's
+    PodPlan carries them and is what the agent passes), never re-derived from the manifest."""
+
+    @property
+    def pod(self) -> Pod: ...
+
+    @property
+    def critical(self) -> bool:
+        """Never evicted, admitted under any pressure (static, mirror, system priority)."""
+        ...
+
+    @property
+    def qos(self) -> QOSClass: ...
+
+    @property
+    def requests(self) -> Mapping[str, Quantity]:
+        """The pod's requests per resource (core.resources.pod_requests, computed at admission)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -11,21 +11,21 @@ Ranking follows the kubelet's rank functions (pkg/kubelet/eviction/helpers.go):
 - a pod with no usage stats ranks before every pod that has them (the kubelet's "prioritize
   evicting the pod for which no stats were found"), ordered among its kind by priority.
 The kubelet sorts with Go's unstable sort; ours is stable (ties keep the input order).
-Critical pods (qos.is_critical: static, mirror, or priority >= 2000000000) are never evicted,
-so they are left out of every ranking.
+Critical pods (static, mirror, or priority >= 2000000000) are never evicted, so they are left out
+of every ranking. Pods come in as their admission facts (observations.PodFacts: the pod plan's
+criticality and requests), never re-derived here; a ranking returns the values it was given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from nodeagent.agent.config.thresholds import SIGNAL_RESOURCE, Threshold
 from nodeagent.agent.eviction.evaluate import is_hard
-from nodeagent.agent.eviction.observations import Observation, PodUsage
+from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsage
 from nodeagent.core.model import Pod
-from nodeagent.core.qos import is_critical
 from nodeagent.core.quantity import Quantity
-from nodeagent.core.resources import pod_requests
 
 # The kubelet's immediateEvictionGracePeriodSeconds: hard evictions (and its pod workers treat a
 # 0 override as "use the pod's own grace period", so 0 would not be immediate; kubernetes#115819).
@@ -35,52 +35,56 @@ MINIMUM_GRACE_PERIOD_SECONDS = 1
 
 UsageMap = Mapping[str, PodUsage]
 _RESOURCES = frozenset(SIGNAL_RESOURCE.values())
+P = TypeVar("P", bound=PodFacts)
 
 
-def evictable(pods: Iterable[Pod]) -> list[Pod]:
+def evictable(pods: Iterable[P]) -> list[P]:
     """Pods the eviction manager may evict: all but critical ones."""
-    return [p for p in pods if not is_critical(p)]
+    return [p for p in pods if not p.critical]
 
 
-def _request(pod: Pod, resource: str) -> int:
-    q = pod_requests(pod).get(resource)
+def _request(facts: PodFacts, resource: str) -> int:
+    q = facts.requests.get(resource)
     return q.value() if q is not None else 0
 
 
-def rank_memory(pods: Iterable[Pod], usage: UsageMap) -> list[Pod]:
+def rank_memory(pods: Iterable[P], usage: UsageMap) -> list[P]:
     """rankMemoryPressure: exceeds request, then priority, then working set above request."""
 
-    def key(pod: Pod) -> tuple[int, int, int, int]:
+    def key(facts: P) -> tuple[int, int, int, int]:
+        pod = facts.pod
         stats = usage.get(pod.metadata.uid)
         if stats is None:
             return (0, 0, pod.spec.priority, 0)
-        over = stats.memory_working_set - _request(pod, "memory")
+        over = stats.memory_working_set - _request(facts, "memory")
         return (1, 0 if over > 0 else 1, pod.spec.priority, -over)
 
     return sorted(evictable(pods), key=key)
 
 
-def rank_disk(pods: Iterable[Pod], usage: UsageMap, resource: str = "ephemeral-storage") -> list[Pod]:
+def rank_disk(pods: Iterable[P], usage: UsageMap, resource: str = "ephemeral-storage") -> list[P]:
     """rankDiskPressureFunc for `resource` (ephemeral-storage or inodes)."""
     if resource not in ("ephemeral-storage", "inodes"):
         raise ValueError(f"resource: disk ranking needs ephemeral-storage or inodes, got {resource!r}")
 
-    def key(pod: Pod) -> tuple[int, int, int, int]:
+    def key(facts: P) -> tuple[int, int, int, int]:
+        pod = facts.pod
         stats = usage.get(pod.metadata.uid)
         if stats is None:
             return (0, 0, pod.spec.priority, 0)
         used = stats.amount(resource)
-        exceeds = used > _request(pod, resource)  # inodes: there is never an inodes request
-        relative = used - _request(pod, "ephemeral-storage")  # the kubelet subtracts this for both
+        exceeds = used > _request(facts, resource)  # inodes: there is never an inodes request
+        relative = used - _request(facts, "ephemeral-storage")  # the kubelet subtracts this for both
         return (1, 0 if exceeds else 1, pod.spec.priority, -relative)
 
     return sorted(evictable(pods), key=key)
 
 
-def rank_pids(pods: Iterable[Pod], usage: UsageMap) -> list[Pod]:
+def rank_pids(pods: Iterable[P], usage: UsageMap) -> list[P]:
     """rankPIDPressure: priority, then process count (largest first)."""
 
-    def key(pod: Pod) -> tuple[int, int, int]:
+    def key(facts: P) -> tuple[int, int, int]:
+        pod = facts.pod
         stats = usage.get(pod.metadata.uid)
         if stats is None:
             return (0, pod.spec.priority, 0)
@@ -89,7 +93,7 @@ def rank_pids(pods: Iterable[Pod], usage: UsageMap) -> list[Pod]:
     return sorted(evictable(pods), key=key)
 
 
-def rank_for_resource(resource: str, pods: Iterable[Pod], usage: UsageMap) -> list[Pod]:
+def rank_for_resource(resource: str, pods: Iterable[P], usage: UsageMap) -> list[P]:
     """The ranking for an eviction resource (Decision.resource)."""
     if resource == "memory":
         return rank_memory(pods, usage)
@@ -100,7 +104,7 @@ def rank_for_resource(resource: str, pods: Iterable[Pod], usage: UsageMap) -> li
     raise ValueError(f"resource: unknown eviction resource {resource!r}")
 
 
-def rank_for_signal(signal: str, pods: Iterable[Pod], usage: UsageMap) -> list[Pod]:
+def rank_for_signal(signal: str, pods: Iterable[P], usage: UsageMap) -> list[P]:
     """The ranking for a starved signal (memory.available, nodefs.inodesFree, ...)."""
     try:
         resource = SIGNAL_RESOURCE[signal]
@@ -109,7 +113,7 @@ def rank_for_signal(signal: str, pods: Iterable[Pod], usage: UsageMap) -> list[P
     return rank_for_resource(resource, pods, usage)
 
 
-def select_victims(ranked_pods: Sequence[Pod], usage: UsageMap, amount_needed: int, resource: str) -> list[Pod]:
+def select_victims(ranked_pods: Sequence[P], usage: UsageMap, amount_needed: int, resource: str) -> list[P]:
     """Pods to evict now, in rank order, until their usage of `resource` covers the amount.
 
     Each victim is expected to give back what it uses (working set, disk bytes, inodes or
@@ -119,13 +123,13 @@ def select_victims(ranked_pods: Sequence[Pod], usage: UsageMap, amount_needed: i
     """
     if amount_needed <= 0:
         return []
-    victims: list[Pod] = []
+    victims: list[P] = []
     freed = 0
-    for pod in ranked_pods:
-        if is_critical(pod):
+    for facts in ranked_pods:
+        if facts.critical:
             continue
-        victims.append(pod)
-        stats = usage.get(pod.metadata.uid)
+        victims.append(facts)
+        stats = usage.get(facts.pod.metadata.uid)
         freed += stats.amount(resource) if stats is not None else 0
         if freed >= amount_needed:
             break

@@ -12,6 +12,7 @@ from nodeagent.agent.eviction.evaluate import EVICTION_REASON
 from nodeagent.agent.eviction.observations import PodUsage
 from nodeagent.agent.eviction.signals import pods_usage
 from nodeagent.agent.pods.manager import PodManager
+from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.runtime import logs
 from nodeagent.core.model import Pod
 
@@ -38,8 +39,9 @@ class PodEvictionAccess:
     def __init__(self, manager: PodManager) -> None:
         self.manager = manager
 
-    def evictable_pods(self) -> list[Pod]:
-        return self.manager.active_pods()
+    def evictable_pods(self) -> list[PodPlan]:
+        """The active pods' plans: their criticality, QoS class and requests as admission derived them."""
+        return self.manager.active_plans()
 
     def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
         plans = {w.plan.uid: w.plan for w in self.manager.pods.values()}

@@ -53,7 +53,7 @@ from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
-AdmitHook = Callable[[Pod], "tuple[str, str] | None"]  # (reason, message) to refuse, else None
+AdmitHook = Callable[[PodPlan], "tuple[str, str] | None"]  # (reason, message) to refuse, else None
 CHECKPOINT_STEP_S = 30.0  # one pod's checkpoint: write, fsync, rename, fsync the directory
 
 
@@ -202,9 +202,13 @@ class PodManager:
             await self._saver
 
     # ---- AgentBackend ----
+    def active_plans(self) -> list[PodPlan]:
+        """Plans of the pods that hold resources: admitted, not terminal, not finished (the kubelet's filter)."""
+        return [w.plan for w in self.pods.values() if not w.terminal and w.phase not in ("Succeeded", "Failed")]
+
     def active_pods(self) -> list[Pod]:
-        """Pods that hold resources: admitted, not terminal, not finished (the kubelet's filter)."""
-        return [w.pod for w in self.pods.values() if not w.terminal and w.phase not in ("Succeeded", "Failed")]
+        """Pods that hold resources (active_plans)."""
+        return [p.pod for p in self.active_plans()]
 
     def _plan(self, pod: Pod) -> PodPlan:
         """The pod's plan; what cannot be planned cannot be set up on this node."""
@@ -223,7 +227,7 @@ class PodManager:
         if not result.ok:
             raise AdmissionError(result.reason or "OutOfResources", result.message)
         if self.extra_admit is not None:
-            refused = self.extra_admit(plan.pod)
+            refused = self.extra_admit(plan)
             if refused is not None:
                 raise AdmissionError(*refused)
 
