@@ -10,7 +10,7 @@ from typing import Any
 
 from nodeagent.cluster.agents.client import AgentConflict, AgentRefused, AgentUnavailable
 from nodeagent.cluster.config import parse_scheduler_config
-from nodeagent.cluster.server import SchedulerService
+from nodeagent.cluster.server import SchedulerService, build_scheduler
 from nodeagent.cluster.store.sqlite import MemoryStore, Store
 from nodeagent.core.clock import Clock
 
@@ -134,8 +134,8 @@ def make_service(agents: FakeAgents, *, store: Store | None = None, clock: Clock
                             "authentication": "none", "podInitialBackoff": "50ms",
                             "podMaxBackoff": "200ms", "nodePollInterval": "1h"}
     data.update(config)
-    return SchedulerService(parse_scheduler_config(data, "test"), store=store or MemoryStore(),
-                            agents=agents, clock=clock)
+    return build_scheduler(parse_scheduler_config(data, "test"), store=store or MemoryStore(),
+                           agents=agents, clock=clock)
 
 
 async def settle(svc: SchedulerService, rounds: int = 3, pause: float = 0.02) -> None:

@@ -29,7 +29,7 @@ def _check(config: SchedulerConfig, source: str) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from nodeagent.cluster.server import SchedulerService
+    from nodeagent.cluster.server import build_scheduler
     from nodeagent.daemonkit.logsetup import configure_logging
 
     config = _load(args.config)
@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(config.logging.level, config.logging.format)
 
     async def main() -> None:
-        service = SchedulerService(config)
+        service = build_scheduler(config)
         await service.run()
 
     try:

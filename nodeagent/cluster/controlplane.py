@@ -3,7 +3,9 @@
 It only wires: the store (from the config, or given by the caller), the registry with the pieces
 of the rooms beside it (field validation and OpenAPI from the schema room, patches and
 managedFields from the patch room), the HTTP application, and the listening socket; it owns the process's lifetime
-(SIGTERM/SIGINT stop it, watches are ended, the store is closed last).
+(SIGTERM/SIGINT stop it, watches are ended, the store is closed last). Every long-lived task (the
+compactor, the index feeds, the quota status writer, the event recorder, the scheduler) is started
+through one GuardedTasks (daemonkit/tasks.py), which logs a task that dies.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from nodeagent.cluster.storage.interface import Store
 from nodeagent.cluster.storage.memory import MemoryStore
 from nodeagent.cluster.storage.sqlite import SqliteStore
 from nodeagent.core.clock import Clock, SystemClock
+from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
@@ -92,8 +95,9 @@ class ControlPlane:
         registry = self.registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         recorder: EventRecorder | None = None
-        tasks = [asyncio.create_task(Compactor(store, self.config.compaction_interval, self.clock).run(),
-                                     name="compactor")]
+        tasks = GuardedTasks("server")
+        tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
+                    forever=True)
         try:
             await registry.ensure_system_namespaces()
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
@@ -128,17 +132,13 @@ class ControlPlane:
                 await self.scheduler.close()
             if recorder is not None:
                 await recorder.close()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await tasks.close()
             await registry.close()
             if runner is not None:
                 await runner.cleanup()
             await store.close()
 
-    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: list[asyncio.Task[None]]) -> None:
+    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:
         """The admission chain (cluster/admitters) and the quota status writer, fed by pods and quotas."""
         chain = AdmissionChain(registry, extra=extra)
         registry.plugins.admitter = chain
@@ -146,24 +146,24 @@ class ControlPlane:
         for plural in ("pods", "resourcequotas"):
             feed = Feed(registry.resource("", "v1", plural), status.observe)
             await feed.relist()
-            tasks.append(asyncio.create_task(feed.run(), name=f"quota-feed:{plural}"))
-        tasks.append(asyncio.create_task(status.run(), name="quota-status"))
+            tasks.start(feed.run(), name=f"quota-feed:{plural}", forever=True)
+        tasks.start(status.run(), name="quota-status", forever=True)
 
-    async def _scheduler(self, registry: Registry, tasks: list[asyncio.Task[None]]) -> EventRecorder:
+    async def _scheduler(self, registry: Registry, tasks: GuardedTasks) -> EventRecorder:
         """The scheduler and its event recorder, its caches current (listed) before it starts."""
         recorder = EventRecorder(registry.resource("", "v1", "events"), self.clock, "default-scheduler")
-        tasks.append(asyncio.create_task(recorder.run(), name="event-recorder"))
+        tasks.start(recorder.run(), name="event-recorder", forever=True)
         cache = SchedulerCache()
         pods = registry.resource("", "v1", "pods")
         self.scheduler = Scheduler(pods, cache, recorder, self.clock)
         for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod)):
             feed = Feed(gs, apply)
             await feed.relist()
-            tasks.append(asyncio.create_task(feed.run(), name=f"scheduler-feed:{gs.info.plural}"))
-        tasks.append(asyncio.create_task(self.scheduler.run(), name="scheduler"))
+            tasks.start(feed.run(), name=f"scheduler-feed:{gs.info.plural}", forever=True)
+        tasks.start(self.scheduler.run(), name="scheduler", forever=True)
         return recorder
 
-    async def _security(self, registry: Registry, tasks: list[asyncio.Task[None]]) -> tuple[Security, ssl.SSLContext]:
+    async def _security(self, registry: Registry, tasks: GuardedTasks) -> tuple[Security, ssl.SSLContext]:
         """Authentication, authorization and TLS from `security` (the auth room's pieces): the PKI made
         on first start, the RBAC index and the node graph fed by watches (current before serving), the
         bootstrap ClusterRoles and bindings created when missing."""
@@ -192,7 +192,7 @@ class ControlPlane:
         for gs, apply in feeds:
             feed = Feed(gs, apply)
             await feed.relist()
-            tasks.append(asyncio.create_task(feed.run(), name=f"feed:{gs.info.plural}"))
+            tasks.start(feed.run(), name=f"feed:{gs.info.plural}", forever=True)
         log.info("security_on", modes=",".join(sec_config.authorization_mode), tls_dir=str(self.config.tls_dir),
                  token_file=bool(sec_config.token_auth_file))
         return security, tls

@@ -5,6 +5,12 @@ URL (GET /api/v1/node and /api/v1/pods every nodePollInterval, then reconcile.py
 (once a second: node readiness by nodeMonitorGracePeriod, pods of nodes NotReady past
 podEvictionTimeout marked Failed, namespaces whose pods are gone finally deleted).
 
+Wiring: `build_scheduler` does the I/O (the store's database created and checked, the agent and API
+token files read, NOTIFY_SOCKET taken from the environment); `SchedulerService.__init__` only wires.
+Every long-lived task is started through one GuardedTasks (daemonkit/tasks.py); the systemd
+watchdog pings only while none of the loops (scheduling, node monitor) has died
+(daemonkit/progress.py).
+
 Restart: everything is read back from the store. Pending pods are queued again; bound pods are
 counted on their nodes at once; the scheduling loop starts only after one poll round, so that
 what the agents really run (reconcile) is known before anything new is placed.
@@ -53,37 +59,68 @@ from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.model import parse_pod
 from nodeagent.daemonkit.auth import Authenticator, bound_port, make_ssl_context, read_token
 from nodeagent.daemonkit.configfile import AuthenticationConfig
+from nodeagent.daemonkit.progress import ProgressMonitor
 from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
+from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
 
+def build_scheduler(config: SchedulerConfig, *, store: Store | None = None, agents: Agents | None = None,
+                    clock: Clock | None = None) -> SchedulerService:
+    """Do the I/O the scheduler's wiring needs and wire it; OSError or ValueError (FieldError naming
+    the key) when it cannot run on this config, before anything is started."""
+    backend: AsyncStore | ProcessStore = (
+        AsyncStore(store) if store is not None
+        else ProcessStore.open(config.db_path, config.store_sync))  # creates the file, checks the settings
+    if agents is None:
+        agent_token = read_token(config.agent_token_file).decode() if config.agent_token_file else None
+        agents = HttpAgents(agent_token, config.agent_request_timeout, config.agent_ca_file)
+    return SchedulerService(config, store=backend, agents=agents, clock=clock,
+                            # reads the token file now: fail at start
+                            auth=Authenticator.from_config(config, loopback_reads=True),
+                            notifier=Notifier.from_env())  # also removes NOTIFY_SOCKET from our environment
+
+
 class SchedulerService:
-    def __init__(self, config: SchedulerConfig, *, store: Store | None = None,
-                 agents: Agents | None = None, clock: Clock | None = None) -> None:
+    """The scheduler's parts, wired (`build_scheduler` reads what they need); `run()` until a stop signal.
+
+    Without `auth` the API knows no token (a config naming authentication.tokenFile needs
+    `build_scheduler`); without `notifier` nothing is sent to systemd.
+    """
+
+    def __init__(self, config: SchedulerConfig, *, store: Store | AsyncStore | ProcessStore | None = None,
+                 agents: Agents, clock: Clock | None = None, auth: Authenticator | None = None,
+                 notifier: Notifier | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        if store is None:
+            store = ProcessStore(config.db_path, config.store_sync)
         self.store: AsyncStore | ProcessStore = (
-            AsyncStore(store) if store is not None
-            else ProcessStore(config.db_path, config.store_sync, on_failure=self._fail))
+            store if isinstance(store, AsyncStore | ProcessStore) else AsyncStore(store))
+        if isinstance(self.store, ProcessStore) and self.store.on_failure is None:
+            self.store.on_failure = self._fail
         self.failure: str | None = None
         self.state = ClusterState(self.store, self.clock, scoring=config.scoring,
                                   grace=config.node_monitor_grace_period)
-        if agents is None:
-            agent_token = read_token(config.agent_token_file).decode() if config.agent_token_file else None
-            agents = HttpAgents(agent_token, config.agent_request_timeout, config.agent_ca_file)
         self.agents = agents
         self.binder = Binder(self.state, agents, self.clock, initial_backoff=config.pod_initial_backoff,
                              max_backoff=config.pod_max_backoff)
-        auth = config.authentication
-        token = read_token(auth.token_file) if isinstance(auth, AuthenticationConfig) and auth.token_file else None
-        self.auth = Authenticator(auth, token, loopback_reads=True)  # the scheduler's reads stay open on loopback
+        if auth is None:
+            mode = config.authentication
+            if isinstance(mode, AuthenticationConfig) and mode.token_file:
+                raise ValueError("authentication.tokenFile: build_scheduler reads the token file")
+            auth = Authenticator(mode, loopback_reads=True)
+        self.auth = auth  # the scheduler's reads stay open on loopback
+        self.tasks = GuardedTasks("scheduler-service")
+        self.progress = ProgressMonitor()
+        self.progress.add("tasks", self.tasks.problems)
         self._polls: dict[str, asyncio.Task[None]] = {}
-        self._loops: list[asyncio.Task[Any]] = []
         self._unreachable: set[str] = set()
         self._stop = asyncio.Event()
+        self._stopping = False
         self.runner: web.AppRunner | None = None
-        self.notifier = Notifier.from_env()
+        self.notifier = notifier or Notifier(None)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def load(self) -> None:
@@ -116,8 +153,8 @@ class SchedulerService:
         await asyncio.gather(*first)  # each bounded by agentRequestTimeout
         for name in list(self.state.nodes):
             self._ensure_poll(name)
-        self._loops += [asyncio.create_task(self.binder.run(), name="scheduling"),
-                        asyncio.create_task(self._monitor(), name="node-monitor")]
+        self.tasks.start(self.binder.run(), name="scheduling", forever=True)
+        self.tasks.start(self._monitor(), name="node-monitor", forever=True)
         log.info("scheduler_ready", address=self.config.address, port=self.port,
                  nodes=sorted(self.state.nodes))
         self.notifier.ready(status=f"{len(self.state.pods)} pods, {len(self.state.nodes)} nodes")
@@ -134,7 +171,8 @@ class SchedulerService:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         await self.start()
-        self._loops.append(asyncio.create_task(watchdog_loop(self.notifier), name="sd-watchdog"))
+        # pings from the loop while no long-lived task has died
+        self.tasks.start(watchdog_loop(self.notifier, healthy=self.progress.healthy), name="sd-watchdog")
         try:
             await self._stop.wait()
         finally:
@@ -144,10 +182,9 @@ class SchedulerService:
 
     async def stop(self) -> None:
         self.notifier.stopping()
-        for task in [*self._loops, *self._polls.values()]:
-            task.cancel()
-        await asyncio.gather(*self._loops, *self._polls.values(), return_exceptions=True)
-        self._loops, self._polls = [], {}
+        self._stopping = True
+        await self.tasks.close()  # the loops, the polls and the watchdog
+        self._polls = {}
         await self.binder.cancel_all()
         if self.runner is not None:
             await self.runner.cleanup()
@@ -164,8 +201,8 @@ class SchedulerService:
     def _ensure_poll(self, name: str) -> None:
         st = self.state.nodes.get(name)
         task = self._polls.get(name)
-        if st is not None and st.url and (task is None or task.done()):
-            self._polls[name] = asyncio.create_task(self._poll_loop(name), name=f"poll:{name}")
+        if st is not None and st.url and (task is None or task.done()) and not self._stopping:
+            self._polls[name] = self.tasks.start(self._poll_loop(name), name=f"poll:{name}")
 
     async def _poll_loop(self, name: str) -> None:
         while name in self.state.nodes:

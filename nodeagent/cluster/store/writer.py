@@ -109,12 +109,17 @@ class ProcessStore(Revisions):
 
     def __init__(self, path: str, sync: str = "normal", on_failure: Callable[[str], None] | None = None) -> None:
         super().__init__()
-        SqliteStore(path, sync).close()  # create the file and check the settings now
         self.path, self.sync, self.on_failure = path, sync, on_failure
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: deque[list[asyncio.Future[None]]] = deque()
         self._closing = False
+
+    @classmethod
+    def open(cls, path: str, sync: str = "normal", on_failure: Callable[[str], None] | None = None) -> ProcessStore:
+        """Create the database file and check its settings now (OSError when unusable), then wire."""
+        SqliteStore(path, sync).close()
+        return cls(path, sync, on_failure)
 
     def load(self) -> Snapshot:
         """Wait for a previous writer of this file to finish, then read everything."""
