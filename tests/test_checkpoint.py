@@ -36,7 +36,14 @@ def record(ns: str = "default", name: str = "web") -> PodCheckpoint:
 
 @pytest.fixture
 def store(tmp_path: Path) -> CheckpointStore:
-    return CheckpointStore(tmp_path, wall=lambda: WALL)
+    return CheckpointStore.open(tmp_path, wall=lambda: WALL)
+
+
+def test_the_constructor_does_no_io_the_factory_makes_the_directory(tmp_path: Path) -> None:
+    CheckpointStore(tmp_path / "state")
+    assert list(tmp_path.iterdir()) == []
+    store = CheckpointStore.open(tmp_path / "state")
+    assert store.directory.is_dir() and store.directory.stat().st_mode & 0o777 == 0o700
 
 
 def test_round_trip_and_layout(store: CheckpointStore, tmp_path: Path) -> None:

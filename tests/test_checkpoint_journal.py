@@ -27,7 +27,7 @@ def record(name: str, pid: int | None = None, deletion: Deletion | None = None) 
 
 
 def reopen(tmp_path: Path) -> tuple[list[PodCheckpoint], list[str]]:
-    records, problems = CheckpointJournal(CheckpointStore(tmp_path)).load_all()
+    records, problems = CheckpointJournal(CheckpointStore.open(tmp_path)).load_all()
     return sorted(records, key=lambda r: r.name), [p.reason for p in problems]
 
 
@@ -39,7 +39,7 @@ async def test_concurrent_commits_share_one_fdatasync(tmp_path: Path) -> None:
         os.fdatasync(fd)
         syncs.append(threading.get_ident())
 
-    j = CheckpointJournal(CheckpointStore(tmp_path), sync=slow_sync)
+    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=slow_sync)
     j.load_all()
     await asyncio.gather(*(j.put(record(f"p{i}")) for i in range(40)))
     assert j.stats.commits == 40
@@ -57,7 +57,7 @@ async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
         os.fdatasync(fd)
         seen.append(path.read_bytes())
 
-    j = CheckpointJournal(CheckpointStore(tmp_path), sync=sync)
+    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
     j.load_all()
     await j.put(record("a", deletion=Deletion(30.0, 1_700_000_030.0)))
     assert len(seen) == 1 and b'"a"' in seen[0]
@@ -68,7 +68,7 @@ async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
 
 
 async def test_roundtrip_keeps_backoff_and_deletion(tmp_path: Path) -> None:
-    j = CheckpointJournal(CheckpointStore(tmp_path))
+    j = CheckpointJournal(CheckpointStore.open(tmp_path))
     j.load_all()
     r = record("a", pid=42, deletion=Deletion(5.0, 1_700_000_005.0, remove=False, reason="Evicted", message="m"))
     await j.put(r)
@@ -77,7 +77,7 @@ async def test_roundtrip_keeps_backoff_and_deletion(tmp_path: Path) -> None:
 
 
 async def test_torn_tail_is_dropped_and_corrupt_entry_reported_alone(tmp_path: Path) -> None:
-    j = CheckpointJournal(CheckpointStore(tmp_path))
+    j = CheckpointJournal(CheckpointStore.open(tmp_path))
     j.load_all()
     for name in ("a", "b", "c"):
         await j.put(record(name))
@@ -101,7 +101,7 @@ async def test_a_failed_batch_is_cut_back_and_never_replayed(tmp_path: Path) -> 
             raise OSError(errno.ENOSPC, "No space left on device")
         os.fdatasync(fd)
 
-    j = CheckpointJournal(CheckpointStore(tmp_path), sync=sync)
+    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
     j.load_all()
     await j.put(record("kept"))
     fail["on"] = True
@@ -116,7 +116,7 @@ async def test_a_failed_batch_is_cut_back_and_never_replayed(tmp_path: Path) -> 
 
 
 async def test_compaction_moves_records_to_the_files_and_empties_the_journal(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path)
+    store = CheckpointStore.open(tmp_path)
     j = CheckpointJournal(store, compact_bytes=4096)
     j.load_all()
     for i in range(10):

@@ -57,7 +57,7 @@ def make_manager(state_dir: Path, driver: FakeCgroupDriver, *, max_pods: int = 1
     env = PodEnv(driver=driver, state_dir=str(state_dir), memory_capacity=4 * GI, clock=SystemClock(),
                  backoff_factory=lambda: CrashBackoff(initial=0.05, maximum=0.2))
     allocatable = {"cpu": parse_quantity("2"), "memory": parse_quantity("1Gi"), "pods": parse_quantity(str(max_pods))}
-    manager = PodManager(env, CheckpointStore(state_dir), allocatable=allocatable,
+    manager = PodManager(env, CheckpointStore.open(state_dir), allocatable=allocatable,
                          enforced_allocatable={"cpu": parse_quantity("2"), "memory": parse_quantity("2Gi")},
                          max_pods=max_pods)
     manager.setup_cgroups()
@@ -66,7 +66,7 @@ def make_manager(state_dir: Path, driver: FakeCgroupDriver, *, max_pods: int = 1
 
 def durable(state_dir: Path, name: str, namespace: str = "default") -> PodCheckpoint | None:
     """The pod's record as a restarted agent would load it now (per-pod file + journal)."""
-    return CheckpointJournal(CheckpointStore(state_dir)).read().get((namespace, name))
+    return CheckpointJournal(CheckpointStore.open(state_dir)).read().get((namespace, name))
 
 
 @pytest.fixture
@@ -494,7 +494,7 @@ async def test_a_process_spawned_before_its_pid_was_recorded_is_adopted_not_star
     # the journal as it was between the spawn and the pid's record: the create's record alone
     rec = durable(tmp_path, "once")
     assert rec is not None
-    store = CheckpointStore(tmp_path)
+    store = CheckpointStore.open(tmp_path)
     journal = CheckpointJournal(store)
     journal.load_all()
     from dataclasses import replace as dc_replace

@@ -38,7 +38,7 @@ def test_a_reload_reaches_every_part(tmp_path: Path) -> None:
     old = config(tmp_path)
     driver = FakeCgroupDriver(f"/agent-{uuid.uuid4().hex[:8]}")
     agent = Agent(old, NodeFacts(CAPACITY, allocatable_for(CAPACITY, old), "n1", {}), driver=driver,
-                  clock=FakeClock(), checkpoints=CheckpointStore(tmp_path / "state"),
+                  clock=FakeClock(), checkpoints=CheckpointStore.open(tmp_path / "state"),
                   auth=Authenticator.from_config(old), ssl_context=None, notifier=Notifier(None))
     agent.pods.setup_cgroups()
     new = config(tmp_path, systemReserved={"memory": "1Gi"}, maxPods=20, housekeepingInterval="3s",

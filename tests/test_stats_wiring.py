@@ -32,7 +32,7 @@ async def test_targets_from_the_pod_manager(tmp_path: Path) -> None:
     driver = FakeCgroupDriver(usage_tree=str(tmp_path / "cgroupfs"))
     state = tmp_path / "state"
     env = PodEnv(driver=driver, state_dir=str(state), memory_capacity=4 * GI, clock=SystemClock())
-    manager = PodManager(env, CheckpointStore(state), allocatable={"cpu": parse_quantity("2"),
+    manager = PodManager(env, CheckpointStore.open(state), allocatable={"cpu": parse_quantity("2"),
                          "memory": parse_quantity("2Gi"), "pods": parse_quantity("10")},
                          enforced_allocatable=None, max_pods=10)
     manager.setup_cgroups()

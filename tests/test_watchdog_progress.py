@@ -216,7 +216,7 @@ async def test_the_agent_pings_only_while_its_parts_make_progress(tmp_path: Path
                                                                   notify: tuple[Notifier, Pings]) -> None:
     notifier, pings = notify
     clock = FakeClock()
-    checkpoints = CheckpointStore(tmp_path / "state")  # the factory's I/O, done here
+    checkpoints = CheckpointStore.open(tmp_path / "state")  # the factory's I/O, done here
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     agent = make_agent(tmp_path, notifier, clock, checkpoints)  # wired, not started
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # the wiring wrote nothing

@@ -3,12 +3,12 @@
     observe (capacity, cgroup stats, static pod files) -> decide (allocatable, admission, plans)
     -> act (cgroup driver, process runtime, checkpoints) -> report (HTTP API, metrics, systemd)
 
-`build_agent` does the I/O the wiring needs (the state directory, capacity and node facts, the
-token file, TLS, the systemd environment); `Agent.__init__` only wires; `run()` starts the parts,
-then every long-lived task through one GuardedTasks (daemonkit/tasks.py). A reload builds a new
-config and hands it, with its allocatable, to each part's `reconfigure`. Shutdown (SIGTERM,
-SIGINT) stops the API and lets go of the pods without stopping them: the next agent re-adopts
-them from the checkpoints.
+`build_agent` does the I/O the wiring needs (the state and checkpoint directories, capacity and
+node facts, the token file, TLS, the systemd environment, NODEAGENT_EVICTION_WAKEUPS);
+`Agent.__init__` only wires; `run()` starts the parts, then every long-lived task through one
+GuardedTasks (daemonkit/tasks.py). A reload builds a new config and hands it, with its
+allocatable, to each part's `reconfigure`. Shutdown (SIGTERM, SIGINT) stops the API and lets go
+of the pods without stopping them: the next agent re-adopts them from the checkpoints.
 
 The systemd watchdog pings only while every component makes progress (daemonkit/progress.py):
 - the event loop: the pings are sent from it, so a blocked loop sends none;
@@ -44,7 +44,7 @@ from nodeagent.agent.config.settings import Config, load_config
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.manager import EvictionManager
 from nodeagent.agent.eviction.signals import NodeObserver
-from nodeagent.agent.eviction.wakeups import MemoryWakeups
+from nodeagent.agent.eviction.wakeups import MECHANISMS, WAKEUPS_ENV, MemoryWakeups, parse_mechanisms
 from nodeagent.agent.node.allocatable import NodeAllocatable, allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.agent.node.priority import set_own_oom_score_adj, set_own_priority
@@ -103,7 +103,8 @@ def build_agent(config: Config, *, config_path: str | None = None, clock: Clock 
     facts = NodeFacts(capacity, allocatable, config.node_name or socket.gethostname().lower(),
                       read_node_info(f"v{version}", f"cgroupfs-v{version}"))
     return Agent(config, facts, driver=driver, clock=clock or SystemClock(), config_path=config_path,
-                 checkpoints=CheckpointStore(config.state_dir),  # makes <stateDir>/checkpoints
+                 checkpoints=CheckpointStore.open(config.state_dir),  # makes <stateDir>/checkpoints
+                 wakeup_mechanisms=parse_mechanisms(os.environ.get(WAKEUPS_ENV)),  # ValueError if unknown
                  ssl_context=make_ssl_context(config),  # FieldError naming the key if unusable
                  # reads the token file now: fail at start
                  auth=Authenticator.from_config(config, loopback_reads=config.anonymous_loopback_reads),
@@ -115,7 +116,9 @@ class Agent:
 
     def __init__(self, config: Config, facts: NodeFacts, *, driver: CgroupDriver, clock: Clock,
                  checkpoints: CheckpointStore, auth: Authenticator, ssl_context: ssl.SSLContext | None,
-                 notifier: Notifier, config_path: str | None = None) -> None:
+                 notifier: Notifier, config_path: str | None = None,
+                 wakeup_mechanisms: frozenset[str] = MECHANISMS) -> None:
+        """`wakeup_mechanisms`: the kernel notifications eviction may arm (eviction/wakeups.py)."""
         self.config = config
         self.config_path = config_path
         self.facts = facts
@@ -145,7 +148,8 @@ class Agent:
             interval=config.housekeeping_interval,
         )
         self.pods.extra_admit = self.eviction.admit
-        self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory)
+        self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory,
+                                     mechanisms=wakeup_mechanisms)
         self.eviction.on_pass.append(self.wakeups.after_pass)
         self.pods.kubepods_memory_high = lambda: self.wakeups.memory_high
         self.static = StaticPodSync(self.pods, facts.name, config.static_pod_path,

@@ -13,6 +13,8 @@
 Which kernel mechanisms are armed can be narrowed (benchmarks, or a kernel where one misbehaves)
 with NODEAGENT_EVICTION_WAKEUPS: a comma list of "psi", "memcg", "memory-events", or "none"
 (adaptive polling only: no notifier and no memory.high); unset or "all" arms what the kernel has.
+The agent's factory (daemon.build_agent) reads it (`parse_mechanisms`) and hands the set to
+MemoryWakeups, whose constructor reads nothing.
 
 The line for memory.available in kubepods usage terms is usage_now + (available_now - T): pods
 growing by the remaining headroom is what brings the node to the threshold. For
@@ -22,7 +24,6 @@ agent never writes to a cgroup it did not create: the root memory cgroup gets no
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
 import structlog
@@ -117,12 +118,13 @@ class MemoryWakeups:
     """Arms the notifiers for the current thresholds and keeps their lines where the thresholds are."""
 
     def __init__(self, driver: CgroupDriver, manager: EvictionManager, enforced_memory: int | None,
-                 observe_memory: Callable[[], Observation], mechanisms: frozenset[str] | None = None) -> None:
+                 observe_memory: Callable[[], Observation], mechanisms: frozenset[str] = MECHANISMS) -> None:
         """`observe_memory` reads memory.available alone: the lines need nothing else, and they
         are recomputed after every pass, where a full observation (statvfs, pids) would cost idle
-        CPU for nothing (bench/README.md, "Wake-up lines")."""
+        CPU for nothing (bench/README.md, "Wake-up lines"). `mechanisms`: the kernel mechanisms
+        that may be armed (the agent's factory parses NODEAGENT_EVICTION_WAKEUPS into it)."""
         self.observe_memory = observe_memory
-        self.mechanisms = parse_mechanisms(os.environ.get(WAKEUPS_ENV)) if mechanisms is None else mechanisms
+        self.mechanisms = mechanisms
         self.driver = driver
         self.manager = manager
         self.enforced_memory = enforced_memory

@@ -171,13 +171,22 @@ def _fsync_dir(path: Path) -> None:
 
 
 class CheckpointStore:
-    """Per-pod checkpoint files under `<state_dir>/checkpoints`."""
+    """Per-pod checkpoint files under `<state_dir>/checkpoints`.
+
+    The constructor does no I/O; `open` (the factory the agent uses) makes the directory."""
 
     def __init__(self, state_dir: str | os.PathLike[str],
                  wall: Callable[[], float] = time.time) -> None:
         self.directory = Path(state_dir) / "checkpoints"
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._wall = wall
+
+    @classmethod
+    def open(cls, state_dir: str | os.PathLike[str],
+             wall: Callable[[], float] = time.time) -> CheckpointStore:
+        """The store of `state_dir`, its directory made (0700) if it is missing; OSError if it cannot be."""
+        store = cls(state_dir, wall)
+        store.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return store
 
     def path_for(self, namespace: str, name: str) -> Path:
         return self.directory / filename_for(namespace, name)

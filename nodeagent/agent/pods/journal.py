@@ -260,4 +260,4 @@ class CheckpointJournal:
 
 def journal_for(state_dir: str | os.PathLike[str]) -> CheckpointJournal:
     """The journal over the per-pod store of `state_dir` (the daemon's one)."""
-    return CheckpointJournal(CheckpointStore(Path(state_dir)))
+    return CheckpointJournal(CheckpointStore.open(Path(state_dir)))
