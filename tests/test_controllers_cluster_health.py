@@ -9,12 +9,13 @@ from __future__ import annotations
 import pytest
 from controllers_objects import NOW, meta, node, owner_ref, pod, replicaset, ts
 
+from nodeagent.cluster.admission.tolerations import add_default_tolerations
 from nodeagent.cluster.controllers.common.actions import Delete, Patch, UpdateStatus
 from nodeagent.cluster.controllers.disruption import eviction
 from nodeagent.cluster.controllers.disruption import status as pdbs
 from nodeagent.cluster.controllers.garbagecollector.decide import collect, deletion_finalizers
-from nodeagent.cluster.controllers.nodelifecycle import admission, health, tainting, zones
 from nodeagent.cluster.controllers.nodelifecycle import eviction as taint_eviction
+from nodeagent.cluster.controllers.nodelifecycle import health, tainting, zones
 
 NAMESPACED = {"ReplicaSet": True, "Deployment": True, "Pod": True, "Node": False, "Namespace": False}
 scoped = lambda api, kind: NAMESPACED.get(kind)
@@ -126,7 +127,8 @@ def test_token_bucket_taints_one_node_per_ten_seconds() -> None:
 
 def test_taint_based_eviction_after_toleration_seconds() -> None:
     n = node("n1", ready="Unknown", taints=[{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": ts(NOW - 100)}])
-    defaulted = admission.default_tolerations(pod("p", created=NOW - 3600))
+    defaulted = pod("p", created=NOW - 3600)
+    add_default_tolerations(defaulted)
     assert [t["tolerationSeconds"] for t in defaulted["spec"]["tolerations"]] == [300, 300]
     plan = taint_eviction.decide(n, [defaulted], NOW)
     assert not plan.of_type(Delete) and plan.requeue_after == 200
@@ -137,7 +139,8 @@ def test_taint_based_eviction_after_toleration_seconds() -> None:
     forever = pod("ds", tolerations=[{"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}])
     assert taint_eviction.decide(n, [forever], NOW + 10**6).actions == []
     assert len(taint_eviction.decide(n, [pod("bare")], NOW).of_type(Delete)) == 1      # untolerated: at once
-    own = admission.default_tolerations(pod("x", tolerations=[{"operator": "Exists"}]))
+    own = pod("x", tolerations=[{"operator": "Exists"}])
+    add_default_tolerations(own)
     assert own["spec"]["tolerations"] == [{"operator": "Exists"}]                        # already tolerates everything
 
 

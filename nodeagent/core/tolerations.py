@@ -30,16 +30,27 @@ class Taint:
                              f"supported values: {', '.join(repr(e) for e in TAINT_EFFECTS)}")
 
 
-def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """An empty effect matches every effect, an empty key (with Exists) every key; Exists ignores
-    the value, Equal (the default) compares it, a missing value being ""."""
-    if toleration.effect and toleration.effect != taint.effect:
+def toleration_matches(key: str | None, operator: str | None, value: str | None, effect: str | None,
+                       taint_key: str | None, taint_value: str | None, taint_effect: str | None) -> bool:
+    """The rule over plain fields (the control plane's controllers see raw API objects): an empty
+    effect matches every effect, an empty key (with Exists) every key; Exists ignores the value,
+    Equal (the default, also when unset) compares it, a missing value being ""; any other operator
+    matches nothing."""
+    if effect and effect != taint_effect:
         return False
-    if toleration.key and toleration.key != taint.key:
+    if key and key != taint_key:
         return False
-    if toleration.operator == "Exists":
+    if operator == "Exists":
         return True
-    return (toleration.value or "") == taint.value
+    if operator in ("Equal", "", None):
+        return (value or "") == (taint_value or "")
+    return False
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """`toleration_matches` on the parsed model."""
+    return toleration_matches(toleration.key, toleration.operator, toleration.value, toleration.effect,
+                              taint.key, taint.value, taint.effect)
 
 
 def tolerated_by_any(tolerations: Iterable[Toleration], taint: Taint) -> bool:

@@ -9,7 +9,7 @@ function from (desired, observed, now) to plain actions, plus `common/` (the voc
     cronjob/          five-field schedules (robfig/cron semantics), missed starts, concurrency, history
     garbagecollector/ the ownerReference graph and cascading deletion (Background, Foreground, Orphan)
     nodelifecycle/    node health, NoSchedule/NoExecute taints, zone states and rate-limited tainting,
-                      taint-based eviction, the DefaultTolerationSeconds admission defaulting
+                      taint-based eviction
     disruption/       PodDisruptionBudget status and the pods/eviction decision
 
 Inputs are plain values an informer cache can produce (objects as dicts shaped like the Kubernetes

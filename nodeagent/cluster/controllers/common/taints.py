@@ -1,8 +1,8 @@
 """Taints and tolerations over plain dicts (core/v1 Toleration.ToleratesTaint, v1helper).
 
-The scheduler's own `tolerates` works on its parsed model; controllers see raw API objects, so
-this is the same rule over dicts: an empty effect matches every effect, an empty key with Exists
-matches every key, Exists ignores the value, Equal (the default) compares it.
+Controllers see raw API objects; the matching rule itself is core/tolerations.py's
+`toleration_matches`, which `tolerates` applies to the dicts' fields. The taint keys are
+core/wellknown.py's.
 """
 
 from __future__ import annotations
@@ -10,29 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from nodeagent.core.tolerations import toleration_matches
+
 Taint = Mapping[str, Any]
 Toleration = Mapping[str, Any]
 
-NOT_READY = "node.kubernetes.io/not-ready"
-UNREACHABLE = "node.kubernetes.io/unreachable"
-MEMORY_PRESSURE = "node.kubernetes.io/memory-pressure"
-DISK_PRESSURE = "node.kubernetes.io/disk-pressure"
-PID_PRESSURE = "node.kubernetes.io/pid-pressure"
-NETWORK_UNAVAILABLE = "node.kubernetes.io/network-unavailable"
-UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
-
 
 def tolerates(tol: Toleration, taint: Taint) -> bool:
-    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-        return False
-    if tol.get("key") and tol.get("key") != taint.get("key"):
-        return False
-    op = tol.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    if op == "Equal":
-        return (tol.get("value") or "") == (taint.get("value") or "")
-    return False
+    return toleration_matches(tol.get("key"), tol.get("operator"), tol.get("value"), tol.get("effect"),
+                              taint.get("key"), taint.get("value"), taint.get("effect"))
 
 
 def tolerated(tolerations: Sequence[Toleration], taint: Taint) -> bool:

@@ -1,10 +1,10 @@
-"""Node lifecycle (pkg/controller/nodelifecycle, pkg/controller/tainteviction, the
-DefaultTolerationSeconds admission plugin).
+"""Node lifecycle (pkg/controller/nodelifecycle, pkg/controller/tainteviction; the
+DefaultTolerationSeconds admission plugin that gives pods their tolerationSeconds is
+cluster/admission/tolerations.py).
 
     health      probe times from status heartbeats and Lease renewals; Ready=Unknown after the
                 grace period with upstream's reasons and messages; NoSchedule condition taints
     zones       zone states (Normal, PartialDisruption, FullDisruption) and their eviction rates
     tainting    the rate-limited NoExecute tainting queue per zone (token bucket, burst 1)
     eviction    taint-based eviction after tolerationSeconds
-    admission   DefaultTolerationSeconds (300 s not-ready/unreachable tolerations)
 """

@@ -12,20 +12,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.cluster.controllers.common import taints as tnt
 from nodeagent.cluster.controllers.common.meta import format_time, meta, parse_time, spec, status
+from nodeagent.core.wellknown import (
+    TAINT_DISK_PRESSURE,
+    TAINT_MEMORY_PRESSURE,
+    TAINT_NETWORK_UNAVAILABLE,
+    TAINT_NOT_READY,
+    TAINT_PID_PRESSURE,
+    TAINT_UNREACHABLE,
+    TAINT_UNSCHEDULABLE,
+)
 
 MONITOR_GRACE = 50.0
 STARTUP_GRACE = 60.0
 MONITOR_PERIOD = 5.0
 CONDITIONS_SET_UNKNOWN = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
 CONDITION_TAINTS = {
-    ("Ready", "False"): tnt.NOT_READY,
-    ("Ready", "Unknown"): tnt.UNREACHABLE,
-    ("MemoryPressure", "True"): tnt.MEMORY_PRESSURE,
-    ("DiskPressure", "True"): tnt.DISK_PRESSURE,
-    ("NetworkUnavailable", "True"): tnt.NETWORK_UNAVAILABLE,
-    ("PIDPressure", "True"): tnt.PID_PRESSURE,
+    ("Ready", "False"): TAINT_NOT_READY,
+    ("Ready", "Unknown"): TAINT_UNREACHABLE,
+    ("MemoryPressure", "True"): TAINT_MEMORY_PRESSURE,
+    ("DiskPressure", "True"): TAINT_DISK_PRESSURE,
+    ("NetworkUnavailable", "True"): TAINT_NETWORK_UNAVAILABLE,
+    ("PIDPressure", "True"): TAINT_PID_PRESSURE,
 }
 Obj = Mapping[str, Any]
 
@@ -111,8 +119,8 @@ def condition_taints(node: Obj) -> tuple[list[dict[str, Any]], list[dict[str, An
         if key:
             want.append({"key": key, "effect": "NoSchedule"})
     if spec(node).get("unschedulable"):
-        want.append({"key": tnt.UNSCHEDULABLE, "effect": "NoSchedule"})
-    ours = set(CONDITION_TAINTS.values()) | {tnt.UNSCHEDULABLE}
+        want.append({"key": TAINT_UNSCHEDULABLE, "effect": "NoSchedule"})
+    ours = set(CONDITION_TAINTS.values()) | {TAINT_UNSCHEDULABLE}
     have = [t for t in spec(node).get("taints") or [] if t.get("effect") == "NoSchedule" and t.get("key") in ours]
     add = [t for t in want if not any(h.get("key") == t["key"] for h in have)]
     remove = [dict(h) for h in have if not any(w["key"] == h.get("key") for w in want)]
