@@ -5,13 +5,15 @@ unit suite) and against the real drivers (integration/test_cgroup_conformance.py
 v2 in the UML guest), so the fake cannot drift from the kernels it stands in for. A case only uses
 the CgroupDriver protocol: what the kernel files hold is checked in integration/test_cgroup_drivers.py.
 
-Each case takes a driver whose root is fresh and empty and leaves processes alone (the fake holds
-none); the caller removes the root afterwards.
+Each case takes a driver whose root is fresh and empty; the caller removes the root afterwards.
+A case that needs a process starts its own (a sleep, moved with add_process) and ends it: the
+real drivers move and kill it, the fake only records its pid.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
 
 import pytest
@@ -140,6 +142,62 @@ def hierarchy_names_where_each_controller_lives(driver: CgroupDriver) -> None:
         assert {driver.hierarchy(c) for c in ("cpu", "memory", "pids")} - {None} == {memory}
 
 
+def add_process_moves_a_process_that_pids_lists_until_kill(driver: CgroupDriver) -> None:
+    driver.create(CONTAINER, CgroupSpec())
+    driver.create(f"{POD}/side", CgroupSpec())
+    sleeper = subprocess.Popen(["sleep", "1000"])
+    try:
+        driver.add_process(CONTAINER, sleeper.pid)
+        assert driver.pids(CONTAINER) == [sleeper.pid]
+        assert driver.pids(POD) == [sleeper.pid]  # descendants count
+        assert driver.pids(f"{POD}/side") == []
+        driver.kill(POD)
+        sleeper.kill()  # the real drivers have killed it; the fake never signals
+        sleeper.wait(timeout=10)
+        assert driver.pids(POD) == []
+        driver.remove(POD)  # empty again: it can go
+        assert not driver.exists(POD)
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def add_process_to_a_missing_or_escaping_cgroup_is_refused(driver: CgroupDriver) -> None:
+    """Refused before anything moves: OSError for a cgroup that is not there (nothing is
+    created for it), FieldError for a path that would leave the root."""
+    pid = os.getpid()  # never moved: each call fails first
+    with pytest.raises(OSError):
+        driver.add_process("missing", pid)
+    assert not driver.exists("missing")
+    for path in ("../escape", "a/../../b", "a\0b"):
+        with pytest.raises(FieldError):
+            driver.add_process(path, pid)
+
+
+USAGE_FILES = {2: ("cpu.stat", "memory.current", "memory.stat"), 1: ("cpuacct.usage", "memory.usage_in_bytes", "memory.stat")}
+
+
+def usage_files_name_the_cgroups_own_files_without_io(driver: CgroupDriver) -> None:
+    """What the sampler opens: absolute paths in the cgroup's own directory, named as this
+    version's kernel names them; computed, not looked up, so a missing cgroup gets them too (and
+    is not created). No CPU file only where a v1 host has no cpuacct hierarchy."""
+    driver.create(CONTAINER, CgroupSpec())
+    for path in (CONTAINER, "missing"):
+        files = driver.usage_files(path)
+        assert files.version == driver.version
+        cpu, memory, memory_stat = USAGE_FILES[driver.version]
+        named = [(files.memory, memory), (files.memory_stat, memory_stat)]
+        if files.cpu is None:
+            assert driver.version == 1 and driver.hierarchy("cpuacct") is None
+        else:
+            named.append((files.cpu, cpu))
+        for f, name in named:
+            assert os.path.isabs(f) and f.endswith(f"/{path}/{name}"), f
+        assert os.path.dirname(files.memory) == os.path.dirname(files.memory_stat)
+    assert not driver.exists("missing")
+
+
 CASES: dict[str, Case] = {f.__name__: f for f in (
     identity,
     create_makes_the_parents_and_is_idempotent,
@@ -155,4 +213,7 @@ CASES: dict[str, Case] = {f.__name__: f for f in (
     procs_files_are_absolute_cgroup_procs_files,
     memory_dir_is_the_cgroup_in_the_memory_hierarchy,
     hierarchy_names_where_each_controller_lives,
+    add_process_moves_a_process_that_pids_lists_until_kill,
+    add_process_to_a_missing_or_escaping_cgroup_is_refused,
+    usage_files_name_the_cgroups_own_files_without_io,
 )}

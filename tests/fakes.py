@@ -2,7 +2,9 @@
 
 FakeCgroupDriver keeps a cgroup tree in memory. Its procs_files() is [], so the process runtime
 starts real (short) processes without joining any cgroup: pod-manager tests run real commands
-as an ordinary user would, while the tree records what the agent asked the kernel for.
+as an ordinary user would, while the tree records what the agent asked the kernel for. A pid
+given to add_process() is only recorded (pids() lists it, kill() and remove() forget it): the
+process itself is never moved or signalled.
 
 Given a `usage_tree` directory, its usage_files() name v2-shaped files there (cpu.stat,
 memory.current, memory.stat per cgroup) that a test writes with set_usage(): the resource-metrics
@@ -37,6 +39,7 @@ class FakeCgroupDriver:
         self.removed: list[str] = []
         self.fail_create: set[str] = set()  # paths whose create() raises OSError
         self.oom_kills: dict[str, int] = {}
+        self.procs: dict[str, set[int]] = {}  # add_process(): recorded, not moved
 
     @staticmethod
     def _key(path: str) -> str:
@@ -44,6 +47,10 @@ class FakeCgroupDriver:
 
     def _subtree(self, key: str) -> list[str]:
         return [p for p in self.specs if p == key or p.startswith(key + "/")] if key else list(self.specs)
+
+    def _forget_procs(self, key: str) -> None:
+        for p in [p for p in self.procs if not key or p == key or p.startswith(key + "/")]:
+            del self.procs[p]
 
     def create(self, path: str, spec: CgroupSpec) -> None:
         validate_spec(spec)
@@ -75,16 +82,22 @@ class FakeCgroupDriver:
         key = self._key(path)
         for p in self._subtree(key):
             del self.specs[p]
+        self._forget_procs(key)
         self.removed.append(key)
 
     def procs_files(self, path: str) -> list[str]:
         return []
 
     def add_process(self, path: str, pid: int) -> None:
-        raise OSError(errno.EPERM, "the fake driver holds no processes")
+        key = self._key(path)
+        if not self.exists(key):
+            raise OSError(errno.ENOENT, f"add_process {key}: no such cgroup")
+        self.procs.setdefault(key, set()).add(pid)
 
     def pids(self, path: str) -> list[int]:
-        return []
+        key = self._key(path)
+        return sorted({pid for p, pids in self.procs.items() if not key or p == key or p.startswith(key + "/")
+                       for pid in pids})
 
     def stats(self, path: str) -> CgroupStats:
         key = self._key(path)
@@ -128,6 +141,7 @@ class FakeCgroupDriver:
 
     def kill(self, path: str) -> None:
         self._guard_not_mount(path, "kill")
+        self._forget_procs(self._key(path))
         self.killed.append(self._key(path))
 
     def children(self, path: str) -> list[str]:
