@@ -34,7 +34,7 @@ import hyperframe.frame
 from nodeagent.agent.probes.http_probe import USER_AGENT
 from nodeagent.agent.probes.results import ProbeOutcome, failure, success
 from nodeagent.agent.probes.target import join_host_port
-from nodeagent.agent.probes.tcp_probe import ip_address_of
+from nodeagent.agent.probes.tcp_probe import connect
 from nodeagent.core.duration import format_go_duration
 from nodeagent.core.names import quote
 
@@ -115,24 +115,6 @@ def decode_status(message: bytes) -> int:
         else:
             raise ValueError(f"unsupported wire type {wire}")
     return status
-
-
-async def connect(host: str, port: int) -> socket.socket:
-    """A non-blocking TCP socket connected to host:port (an IP literal needs no resolver)."""
-    loop = asyncio.get_running_loop()
-    try:
-        family, address = ip_address_of(host, port)
-    except ValueError:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setblocking(False)
-    try:
-        await loop.sock_connect(sock, address)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 @functools.lru_cache(maxsize=256)

@@ -34,7 +34,7 @@ from yarl import URL
 from nodeagent import __version__
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, warning
 from nodeagent.agent.probes.target import join_host_port
-from nodeagent.agent.probes.tcp_probe import ip_address_of
+from nodeagent.agent.probes.tcp_probe import connect
 
 MAX_REDIRECTS = 10
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -162,25 +162,18 @@ class HttpProber:
         return self._tls
 
     async def _open(self, url: URL) -> _Plain | _Tls:
+        """The probes' one dial (tcp_probe.connect), then TLS over that socket for scheme HTTPS."""
         host, port = url.host or "", url.port or (443 if url.scheme == "https" else 80)
-        if url.scheme == "https":
-            reader, writer = await asyncio.open_connection(host, port, ssl=self._tls_context(),
+        sock = await connect(host, port)
+        if url.scheme != "https":
+            return _Plain(sock)
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock, ssl=self._tls_context(),
                                                            server_hostname=host or None)
-            return _Tls(reader, writer)
-        loop = asyncio.get_running_loop()
-        try:
-            family, address = ip_address_of(host, port)
-        except ValueError:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            family, _, _, _, address = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            await loop.sock_connect(sock, address)
         except BaseException:
             sock.close()
             raise
-        return _Plain(sock)
+        return _Tls(reader, writer)
 
     async def _once(self, url: URL, headers: dict[str, str], host: str | None) -> tuple[int, str | None, bytes]:
         """One request: (status, Location, first 10 KiB of body)."""

@@ -50,11 +50,11 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from nodeagent.agent.node.procfs import has_cap_sys_resource, own_oom_score_adj, process_start_time
 from nodeagent.core.errors import FieldError
 from nodeagent.core.expansion import expand
+from nodeagent.core.model.pod import Container, SecurityContext
 
 SETUP_FAILED = 125
 CANNOT_EXECUTE = 126
@@ -87,16 +87,15 @@ class LaunchSpec:
                 raise FieldError(f"env[{k}]", "names must be non-empty without '=' or NUL; values without NUL")
         if not os.path.isabs(self.working_dir) or "\0" in self.working_dir:
             raise FieldError("workingDir", f"{self.working_dir!r} must be an absolute path")
-        for name in ("run_as_user", "run_as_group"):
-            v = getattr(self, name)
-            if v is not None and not 0 <= v <= 2**31 - 1:
-                raise FieldError(name, f"{v} is not a valid id")
+        for name, ident in (("run_as_user", self.run_as_user), ("run_as_group", self.run_as_group)):
+            if ident is not None and not 0 <= ident <= 2**31 - 1:
+                raise FieldError(name, f"{ident} is not a valid id")
 
     @classmethod
-    def from_container(cls, container: Any, security_context: Any = None) -> LaunchSpec:
+    def from_container(cls, container: Container, security_context: SecurityContext | None = None) -> LaunchSpec:
         """From a model Container (command, args, env, working_dir) and a pod SecurityContext."""
-        uid = getattr(security_context, "run_as_user", None)
-        gid = getattr(security_context, "run_as_group", None)
+        uid = security_context.run_as_user if security_context is not None else None
+        gid = security_context.run_as_group if security_context is not None else None
         env = container_env([(e.name, e.value) for e in container.env], uid)
         argv = tuple(expand(a, env) for a in [*container.command, *container.args])
         return cls(argv, env, container.working_dir or "/", uid, gid)
