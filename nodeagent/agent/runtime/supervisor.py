@@ -14,7 +14,9 @@ follows an adopted one), and on each exit kills what is left in the container's 
 end of a PID namespace would), decides per restart policy and waits out the crash back-off
 (Waiting / CrashLoopBackOff) before restarting. `run()` returns the final Terminated state when the
 container will not run again. `stop(grace)` sends SIGTERM to the process group, waits up to the
-grace period, then SIGKILLs the group and kills the whole cgroup. Cancelling `run()` never touches
+grace period, then SIGKILLs the group and kills the whole cgroup; after its SIGKILL the process's
+memory is reaped at once by process_mrelease on a thread of its own (runtime/mrelease.py), not
+when the victim gets to run its exit path. Cancelling `run()` never touches
 the process: it keeps running (and is still observed until `detach()`), and a new `run()` picks
 it up again; `detach()` forgets it so a later agent can adopt it: that is how the agent shuts
 down without taking its pods with it.
@@ -42,6 +44,7 @@ from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
+from nodeagent.agent.runtime.mrelease import MemoryReleaser, default_releaser
 from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn_ready
 from nodeagent.agent.runtime.state import (
     REASON_CRASH_LOOP,
@@ -124,6 +127,7 @@ class ContainerWorker:
         on_change: Callable[[ContainerStatus], None] | None = None,
         spawner: Spawner = spawn_ready,
         steps: Steps | None = None,
+        releaser: MemoryReleaser | None = None,
     ) -> None:
         self.config = config
         self.cgroup = cgroup
@@ -133,6 +137,7 @@ class ContainerWorker:
         self._on_change = on_change
         self._spawner = spawner
         self._steps = steps
+        self._releaser = releaser if releaser is not None else default_releaser()
         self._status = ContainerStatus(name=config.name, image=config.image)
         self._proc: _Proc | None = None
         self._exit: _Exit | None = None
@@ -438,7 +443,10 @@ class ContainerWorker:
 
     # ---- stopping ----
     def _signal(self, proc: _Proc, sig: int) -> None:
-        """Signal the process group; only while the leader is known to hold its PID."""
+        """Signal the process group; only while the leader is known to hold its PID.
+
+        After a SIGKILL the leader's memory is reaped off the loop (process_mrelease on a dup of
+        its pidfd, so _on_exit may close the pidfd meanwhile); nothing here waits for it."""
         if self._proc is not proc:  # exited: its pidfd is closed and the number may be reused
             return
         try:
@@ -449,6 +457,8 @@ class ContainerWorker:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
+        if sig == signal.SIGKILL:  # after killpg: a group sharing its mm is dying too
+            self._releaser.release_soon(proc.pidfd, proc.pid)
 
     async def stop(self, grace_period: float) -> ContainerStatus:
         """SIGTERM, wait up to `grace_period` seconds, then SIGKILL group and cgroup; final status."""
