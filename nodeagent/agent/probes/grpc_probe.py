@@ -1,11 +1,11 @@
 """gRPC probes: the standard grpc.health.v1.Health/Check over a minimal HTTP/2 client (h2).
 
-Why not grpcio: after one call it holds about 16 MiB more resident against 1.8 MiB for this
-client (bench/grpc_client_rss.py), on a 50 MiB budget; one unary call over plaintext HTTP/2 is small
+Why not grpcio: after one call it holds several times the resident memory of this client
+(bench/grpc_client_rss.py), on a 50 MiB budget; one unary call over plaintext HTTP/2 is small
 enough to write out. The request bytes are built by h2 (once per target, then cached: a fresh
 connection always encodes them alike); the response is read with h2's own frame and HPACK
-libraries (hyperframe, hpack) rather than a full h2 state machine per probe: measured
-interleaved on the development VM, 520-600 us of CPU per call against 860-1000 us.
+libraries (hyperframe, hpack) rather than a full h2 state machine per probe, which costs more CPU
+per call. The figures: bench/README.md, "The probes' gRPC client".
 Why hand-encode protobuf: the two messages have one field each
 (HealthCheckRequest.service = 1, string; HealthCheckResponse.status = 1, enum), so the encoding
 is a tag byte, a varint and the bytes; the protobuf runtime would cost more than it saves.

@@ -6,8 +6,8 @@ non-blocking socket driven by the loop, or over an asyncio TLS stream for scheme
 the parser of Node.js, in C); the request is one line and a few headers, written here, with
 every header value checked for CR, LF and NUL so a manifest cannot inject a header. Why not
 aiohttp's client: a probe needs none of what it adds (pooling, cookies, decompression, tracing)
-and it costs more CPU per probe; bench/http_client_cost.py prints both side by side (on the
-development VM, loaded: 280-320 us against 480-860 us per request).
+and it costs more CPU per probe (bench/http_client_cost.py prints both side by side; the figures:
+bench/README.md, "The probes' HTTP client").
 
 - Headers: the action's httpHeaders; User-Agent `kube-probe/<version>` and `Accept: */*` unless
   given (an empty Accept removes it); a Host header sets the request's host; Connection: close.

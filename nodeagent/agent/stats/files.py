@@ -1,12 +1,11 @@
 """Kernel files kept open and re-read with pread(2): the sampler's way to read cgroupfs cheaply.
 
-Opening a cgroupfs file is most of what reading it costs: on the v1 host open+read+close took
-6.7 µs for cpuacct.usage and 12.3 µs for memory.stat, a pread at offset 0 on a descriptor kept
-open 0.9 and 6.3 µs, and it regenerates the file's content just the same (bench/stats_bench.py
-prints a whole pass both ways). So each
-file the sampler reads is opened once and kept, up to a budget of descriptors (the agent's
-RLIMIT_NOFILE is shared with its API sockets and pidfds); beyond the budget a file is opened,
-read and closed each time.
+Opening a cgroupfs file is most of what reading it costs: open+read+close takes up to several
+times as long as a pread at offset 0 on a descriptor kept open, which regenerates the file's
+content just the same (bench/stats_bench.py prints a whole pass both ways; the figures:
+bench/README.md, "cgroupfs files kept open"). So each file the sampler reads is opened once and
+kept, up to a budget of descriptors (the agent's RLIMIT_NOFILE is shared with its API sockets and
+pidfds); beyond the budget a file is opened, read and closed each time.
 
 A kept descriptor does not hold its cgroup up: rmdir succeeds, and the next read fails with
 ENODEV, which drops the descriptor. Files not read in a pass are closed by `sweep()`.

@@ -7,8 +7,9 @@ cgroup is read at its own instant, which is what a rate computed later from two 
 None means "not known": the field is left out, as the kubelet leaves out a nil pointer.
 
 What a pass builds per cgroup or per pod (CpuStats, MemoryStats, FsStats, ContainerStats,
-PodStats) are NamedTuples: immutable like a frozen dataclass, and built in a third of its time
-(0.25 against 0.8 µs each on the host; a pass over 100 pods builds about a thousand of them).
+PodStats) are NamedTuples: immutable like a frozen dataclass, and cheaper to build (a pass over
+100 pods builds about a thousand of them; the figures: bench/README.md, "NamedTuples for a pass's
+values").
 """
 
 from __future__ import annotations
