@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-SOCKET_NAME = "nodeagent.sock"
 DEFAULT_TIMEOUT = 60.0  # creating a pod waits for admission and the first spawn
 
 
@@ -211,4 +210,4 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-__all__ = ["SOCKET_NAME", "Client", "ClientError", "Target", "UnixHTTPConnection", "pod_path"]
+__all__ = ["Client", "ClientError", "Target", "UnixHTTPConnection", "pod_path"]

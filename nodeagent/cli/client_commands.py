@@ -18,9 +18,9 @@ from typing import Any, TextIO, TypeAlias
 
 import yaml
 
-from nodeagent.agent.config.settings import load_config, load_default_config
+from nodeagent.agent.config.settings import UNIX_SOCKET_NAME, load_config, load_default_config
 from nodeagent.cli import render
-from nodeagent.cli.client import SOCKET_NAME, Client, ClientError, Target
+from nodeagent.cli.client import Client, ClientError, Target
 from nodeagent.daemonkit.configfile import ConfigError
 from nodeagent.daemonkit.yamlerrors import YamlProblem
 
@@ -82,7 +82,7 @@ def _connection_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument("--config", metavar="FILE",
-                   help=f"agent config whose unixSocket to use (unset there: stateDir/{SOCKET_NAME}) "
+                   help=f"agent config whose unixSocket to use (unset there: stateDir/{UNIX_SOCKET_NAME}) "
                         f"(default: {DEFAULT_CONFIG} if it exists, else the embedded defaults)")
     g.add_argument("--socket", metavar="PATH", help="the agent's Unix socket (overrides --config)")
     g.add_argument("--server", metavar="URL", help="talk HTTP(S) to URL instead of the Unix socket")

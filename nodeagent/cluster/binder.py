@@ -36,9 +36,10 @@ from nodeagent.cluster.objects import (
     set_condition,
 )
 from nodeagent.cluster.scheduler.framework import FitError, Scheduled
+from nodeagent.cluster.scheduler.node_table import NOMINATED
 from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
-from nodeagent.cluster.state import FOREIGN, NOMINATED, ClusterState
+from nodeagent.cluster.state import FOREIGN, ClusterState
 from nodeagent.core.clock import Clock
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.daemonkit.tasks import GuardedTasks

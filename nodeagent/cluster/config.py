@@ -21,10 +21,9 @@ from nodeagent.daemonkit.configfile import (
     AuthenticationConfig,
     AuthenticationField,
     ConfigError,
-    GoDuration,
     LoggingConfig,
+    PositiveDuration,
     ip_address,
-    positive_duration,
     pydantic_error_lines,
     read_yaml_file,
 )
@@ -53,7 +52,6 @@ def _node_name(value: str) -> str:
 
 
 AgentURL = Annotated[str, AfterValidator(_agent_url)]
-PositiveDuration = Annotated[GoDuration, AfterValidator(positive_duration)]
 
 
 class NodeEntry(BaseModel):

@@ -21,10 +21,10 @@ from nodeagent.core.model import Pod, Toleration, parse_pod
 from nodeagent.core.names import dns1123_label_errors, invalid
 from nodeagent.core.qos import qos_class
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.wellknown import DISRUPTION_TARGET as DISRUPTION_TARGET
+from nodeagent.core.wellknown import POD_SCHEDULED as POD_SCHEDULED
 from nodeagent.core.wellknown import TAINT_MEMORY_PRESSURE
 
-POD_SCHEDULED = "PodScheduled"
-DISRUPTION_TARGET = "DisruptionTarget"
 TERMINAL = frozenset({"Succeeded", "Failed"})
 # what the scheduler copies from the agent's pod status (conditions and nomination are ours)
 AGENT_STATUS_FIELDS = ("phase", "qosClass", "startTime", "containerStatuses", "reason", "message",

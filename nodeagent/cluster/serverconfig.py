@@ -27,16 +27,14 @@ from nodeagent.cluster.auth.config import SecurityConfig
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     ConfigError,
-    GoDuration,
     LoggingConfig,
+    PositiveDuration,
     ip_address,
-    positive_duration,
     pydantic_error_lines,
     read_yaml_file,
 )
 
 DEFAULT_PORT = 6443
-PositiveDuration = Annotated[GoDuration, AfterValidator(positive_duration)]
 
 
 class StorageConfig(BaseModel):

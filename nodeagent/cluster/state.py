@@ -25,7 +25,7 @@ from nodeagent.cluster.admission.quota import ResourceQuota, charge, compute_use
 from nodeagent.cluster.config import NodeEntry
 from nodeagent.cluster.objects import PodRecord, agent_manifest, namespace_object, record_from
 from nodeagent.cluster.scheduler.framework import Framework, PodInfo, ScoringConfig
-from nodeagent.cluster.scheduler.node_table import NodeSpec, NodeTable
+from nodeagent.cluster.scheduler.node_table import NOMINATED, NodeSpec, NodeTable
 from nodeagent.cluster.scheduler.nodes import NodeState, is_ready, node_spec
 from nodeagent.cluster.store.sqlite import Revisions, Snapshot
 from nodeagent.core.clock import Clock
@@ -34,7 +34,6 @@ from nodeagent.core.quantity import Quantity
 
 log = structlog.get_logger(__name__)
 
-NOMINATED = "\x00nominated/"  # table keys of reservations
 FOREIGN = "\x00foreign/"  # table keys of static pods the agents run
 
 

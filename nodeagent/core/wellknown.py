@@ -20,6 +20,11 @@ API_SERVER_SOURCE = "api"
 FILE_SOURCE = "file"
 API_URL = "nodeagent.io/api-url"  # on a Node: where the control plane reaches its agent
 MANIFEST_PATH = "nodeagent.io/manifest-path"  # on a broken static pod's list entry: its file
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # kubectl's client-side apply
+
+# pod condition types (the control plane sets them)
+POD_SCHEDULED = "PodScheduled"
+DISRUPTION_TARGET = "DisruptionTarget"
 
 # node condition types (the agent reports them; the control plane taints nodes by them)
 NODE_READY = "Ready"

@@ -80,6 +80,7 @@ def ip_address(value: str) -> str:
 
 GoDuration = Annotated[float, BeforeValidator(_duration), PlainSerializer(format_go_duration, return_type=str)]
 """Seconds in Python; a Go duration string ("1m30s") in YAML and JSON."""
+PositiveDuration = Annotated[GoDuration, AfterValidator(positive_duration)]
 AbsolutePath = Annotated[str, AfterValidator(absolute_path)]
 
 class LoggingConfig(BaseModel):

@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from nodeagent.cluster.apiserver.negotiation import JSON
 from nodeagent.cluster.registry.store import GenericStore, ListResult
 from nodeagent.cluster.registry.table import IncludeObject, row, table
 from nodeagent.cluster.registry.watch import WatchItem
 
-JSON = "application/json"
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 

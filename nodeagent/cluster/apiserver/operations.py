@@ -17,13 +17,13 @@ from typing import Any
 from nodeagent.cluster.admission.priority import SYSTEM_PRIORITY_CLASSES, parse_priority_class
 from nodeagent.cluster.admission.quota import check, parse_resource_quota
 from nodeagent.cluster.apiserver.backend import ClusterBackend
+from nodeagent.cluster.controllers.common.hashing import NAME_ALPHABET
 from nodeagent.cluster.objects import SYSTEM_NAMESPACES, PodRecord, namespace_object, new_pod, parse_namespace
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.daemonkit.status import invalid
 
 PRIORITY_GROUP = "priorityclasses.scheduling.k8s.io"
-_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's generateName alphabet
 
 
 class ApiError(Exception):
@@ -122,7 +122,7 @@ class Operations:
                                 f"the namespace sent on the request ({ns})", "BadRequest")
         name = meta.get("name") or ""
         if not name and isinstance(meta.get("generateName"), str) and meta["generateName"]:
-            name = meta["generateName"] + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
+            name = meta["generateName"] + "".join(secrets.choice(NAME_ALPHABET) for _ in range(5))
         self._active_namespace(ns, "pods", str(name))
         spec = _v if isinstance(_v := body.get("spec"), dict) else {}
         try:

@@ -24,10 +24,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from nodeagent.cluster.auth.redact import WEBSOCKET_PROTOCOL_PREFIX
 from nodeagent.cluster.auth.request import AuthnRequest
 from nodeagent.cluster.auth.user import ALL_AUTHENTICATED, ALL_UNAUTHENTICATED, ANONYMOUS, UserInfo
 
-WEBSOCKET_PROTOCOL_PREFIX = "base64url.bearer.authorization.k8s.io."
 INVALID_TOKEN = "invalid bearer token"
 
 

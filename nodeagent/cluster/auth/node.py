@@ -33,9 +33,9 @@ from nodeagent.cluster.auth.rbac.bootstrap import node_rules
 from nodeagent.cluster.auth.rbac.rules import parse_rules, rules_allow
 from nodeagent.cluster.auth.requestinfo import exact_field_value
 from nodeagent.cluster.auth.user import UserInfo, node_identity
+from nodeagent.core.wellknown import CONFIG_MIRROR
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
 SECRET, CONFIGMAP, PVC, PV, SERVICE_ACCOUNT, RESOURCE_CLAIM = (
     "secret", "configmap", "persistentvolumeclaim", "persistentvolume", "serviceaccount", "resourceclaim")
@@ -343,8 +343,8 @@ def node_restriction(user: UserInfo, attrs: Attributes, obj: Mapping[str, Any]) 
     if attrs.api_group == "storage.k8s.io" and attrs.resource == "csinodes" and name != node:
         return "can only access CSINode with the same name as the requesting node"
     if attrs.api_group == "" and attrs.resource == "pods":
-        if MIRROR_POD_ANNOTATION not in _dict(meta, "annotations"):
-            return f'pod does not have "{MIRROR_POD_ANNOTATION}" annotation, node "{node}" can only create mirror pods'
+        if CONFIG_MIRROR not in _dict(meta, "annotations"):
+            return f'pod does not have "{CONFIG_MIRROR}" annotation, node "{node}" can only create mirror pods'
         if _dict(obj, "spec").get("nodeName") != node:
             return f'node "{node}" can only create pods with spec.nodeName set to itself'
     return None

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
+from nodeagent.core.wellknown import LAST_APPLIED
+
 REDACTED = "REDACTED"
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie", "x-auth-token"})
 _SECRET_FIELDS = frozenset({"authorization", "token", "password", "secret", "bearer", "client-key-data", "key_pem"})
-_BEARER_PROTOCOL = "base64url.bearer.authorization.k8s.io."
+WEBSOCKET_PROTOCOL_PREFIX = "base64url.bearer.authorization.k8s.io."  # a WebSocket client's bearer token
 
 
 def redact_value(value: object) -> str:
@@ -77,8 +78,9 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
         if lk in _SECRET_HEADERS:
             scheme = v.split(" ", 1)[0] if " " in v else ""
             out[k] = f"{scheme} {REDACTED}".strip()
-        elif lk == "sec-websocket-protocol" and _BEARER_PROTOCOL in v:
-            out[k] = ", ".join(f"{_BEARER_PROTOCOL}{REDACTED}" if p.strip().startswith(_BEARER_PROTOCOL) else p.strip()
+        elif lk == "sec-websocket-protocol" and WEBSOCKET_PROTOCOL_PREFIX in v:
+            prefix = WEBSOCKET_PROTOCOL_PREFIX
+            out[k] = ", ".join(f"{prefix}{REDACTED}" if p.strip().startswith(prefix) else p.strip()
                                for p in v.split(","))
         elif lk.startswith("impersonate-extra-"):
             out[k] = REDACTED

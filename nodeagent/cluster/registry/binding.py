@@ -19,8 +19,7 @@ from nodeagent.cluster.registry.strategy import Obj
 from nodeagent.core.errors import FieldError
 from nodeagent.core.names import dns1123_subdomain_errors, invalid
 from nodeagent.core.timefmt import rfc3339
-
-POD_SCHEDULED = "PodScheduled"
+from nodeagent.core.wellknown import POD_SCHEDULED
 
 
 def parse_binding(body: Any, name: str) -> tuple[str, str | None, dict[str, str]]:

@@ -10,11 +10,9 @@ from typing import Any
 
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.plugins import FieldCheck
-from nodeagent.cluster.schema.definitions import Definitions, definitions
+from nodeagent.cluster.schema.definitions import OBJECT_META, Definitions, definitions
 from nodeagent.cluster.schema.model import Gvk, Schema
 from nodeagent.cluster.schema.validation import FieldValidation, validate_fields
-
-OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 
 
 class SchemaFieldValidator:

@@ -25,6 +25,8 @@ from typing import Any
 import orjson
 import structlog
 
+from nodeagent.cluster.controllers.common.hashing import NAME_ALPHABET
+from nodeagent.cluster.controllers.garbagecollector.graph import FOREGROUND, ORPHAN
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.codec import (
@@ -69,11 +71,8 @@ from nodeagent.core.timefmt import rfc3339
 
 log = structlog.get_logger(__name__)
 
-NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # utilrand.String's alphabet (no vowels, no 0/1/3)
 GENERATE_SUFFIX = 5
 MAX_NAME_LENGTH = 253
-FOREGROUND = "foregroundDeletion"
-ORPHAN = "orphan"
 UPDATE_RETRIES = 16
 LIST_CHUNK = 500
 

@@ -30,6 +30,8 @@ from nodeagent.core.tolerations import NO_EXECUTE as NO_EXECUTE
 from nodeagent.core.tolerations import NO_SCHEDULE as NO_SCHEDULE
 from nodeagent.core.tolerations import Taint as Taint
 
+NOMINATED = "\x00nominated/"  # the key prefix of a nominated pod's reservation in the table
+
 CPU, MEMORY, EPHEMERAL_STORAGE, PODS = "cpu", "memory", "ephemeral-storage", "pods"
 BASE_RESOURCES = (CPU, MEMORY, EPHEMERAL_STORAGE, PODS)
 CPU_COL, MEM_COL, EPH_COL, PODS_COL = 0, 1, 2, 3

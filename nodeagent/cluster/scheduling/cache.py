@@ -20,13 +20,12 @@ import structlog
 
 from nodeagent.cluster.registry.kinds.pods import pod_model
 from nodeagent.cluster.scheduler.framework import PREEMPT_LOWER_PRIORITY, Framework, PodInfo, ScoringConfig
-from nodeagent.cluster.scheduler.node_table import NodeTable
+from nodeagent.cluster.scheduler.node_table import NOMINATED, NodeTable
 from nodeagent.cluster.scheduler.nodes import node_spec_of
 from nodeagent.core.errors import ValidationErrors
 
 log = structlog.get_logger(__name__)
 
-NOMINATED = "\x00nominated/"  # table keys of nominations' reservations
 TERMINAL = ("Succeeded", "Failed")
 DEFAULT_SCHEDULER = "default-scheduler"
 Obj = dict[str, Any]

@@ -26,40 +26,25 @@ from typing import Any
 import structlog
 
 from nodeagent.cluster.events.recorder import EventRecorder
+from nodeagent.cluster.objects import set_condition
 from nodeagent.cluster.registry.binding import bind
 from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.options import Context, DeleteOptions
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.scheduler.framework import FitError, Scheduled
+from nodeagent.cluster.scheduler.node_table import NOMINATED
 from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
-from nodeagent.cluster.scheduling.cache import NOMINATED, CachedPod, SchedulerCache
+from nodeagent.cluster.scheduling.cache import CachedPod, SchedulerCache
 from nodeagent.core.clock import Clock
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.wellknown import DISRUPTION_TARGET, POD_SCHEDULED
 from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
 BATCH, BATCH_SECONDS = 64, 0.005  # most pods / longest time per turn of the event loop
-POD_SCHEDULED, DISRUPTION_TARGET = "PodScheduled", "DisruptionTarget"
 Obj = dict[str, Any]
-
-
-def set_condition(status: Obj, cond: Obj) -> bool:
-    """Put `cond` in status.conditions (the transition time kept while the status stays); changed?"""
-    conditions = list(status.get("conditions") or [])
-    for i, old in enumerate(conditions):
-        if old.get("type") == cond["type"]:
-            if all(old.get(k) == cond.get(k) for k in ("status", "reason", "message")):
-                return False
-            if old.get("status") == cond["status"]:
-                cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime")}
-            conditions[i] = cond
-            break
-    else:
-        conditions.append(cond)
-    status["conditions"] = conditions
-    return True
 
 
 class Scheduler:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 _FNV32_OFFSET, _FNV32_PRIME = 0x811C9DC5, 0x01000193
-_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand: no vowels, no 0/1/3
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery util/rand (also generateName's): no vowels, no 0/1/3
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 
 
@@ -32,7 +32,7 @@ def fnv32a(data: bytes, h: int = _FNV32_OFFSET) -> int:
 
 def safe_encode(s: str) -> str:
     """rand.SafeEncodeString: each byte mapped into the vowel-free alphabet (no bad words)."""
-    return "".join(_ALPHANUMS[b % len(_ALPHANUMS)] for b in s.encode())
+    return "".join(NAME_ALPHABET[b % len(NAME_ALPHABET)] for b in s.encode())
 
 
 def normalized(value: Any) -> Any:

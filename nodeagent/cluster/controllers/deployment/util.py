@@ -19,12 +19,12 @@ from nodeagent.cluster.controllers.common.meta import (
     spec,
     status,
 )
+from nodeagent.core.wellknown import LAST_APPLIED
 
 REVISION = "deployment.kubernetes.io/revision"
 REVISION_HISTORY = "deployment.kubernetes.io/revision-history"
 DESIRED_REPLICAS = "deployment.kubernetes.io/desired-replicas"
 MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 DEPRECATED_ROLLBACK_TO = "deprecated.deployment.rollback.to"
 ANNOTATIONS_TO_SKIP = frozenset(
     {LAST_APPLIED, REVISION, REVISION_HISTORY, DESIRED_REPLICAS, MAX_REPLICAS, DEPRECATED_ROLLBACK_TO}

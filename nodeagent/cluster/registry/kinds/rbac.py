@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from nodeagent.cluster.auth.attributes import RBAC_GROUP as GROUP
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.kinds.policy import CREATED_AT
 from nodeagent.cluster.registry.strategy import Obj, Strategy, path_segment_name_errors
 from nodeagent.cluster.registry.table import AGE, NAME, Column, age
 from nodeagent.core.errors import FieldError
 
-GROUP = "rbac.authorization.k8s.io"
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
 
