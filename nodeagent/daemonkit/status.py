@@ -22,7 +22,12 @@ _REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "A
 
 
 class StatusError(Exception):
-    """Raised by handlers to answer with a Status object."""
+    """Raised by handlers to answer with a Status object (`body()`, HTTP status `code`).
+
+    The one Status error type: the control plane's kinds (cluster/registry/errors.py's, with
+    apimachinery's argument order and body, and the legacy scheduler API's ApiError) subclass it
+    and render their own `body()`.
+    """
 
     def __init__(self, code: int, message: str, reason: str | None = None,
                  causes: Sequence[dict[str, str]] = (), name: str | None = None, kind: str = "pods") -> None:
@@ -33,6 +38,10 @@ class StatusError(Exception):
         self.causes = list(causes)
         self.name = name
         self.kind = kind
+
+    def body(self) -> dict[str, Any]:
+        """The Status object that answers this error."""
+        return status_body(self.code, self.message, self.reason, self.causes, self.name, self.kind)
 
 
 def invalid(kind_title: str, name: str, errors: Sequence[FieldError], *, kind: str = "pods") -> StatusError:
@@ -60,8 +69,7 @@ def status_body(code: int, message: str, reason: str | None = None,
 
 
 def status_response(err: StatusError) -> web.Response:
-    return web.json_response(
-        status_body(err.code, err.message, err.reason, err.causes, err.name, err.kind), status=err.code)
+    return web.json_response(err.body(), status=err.code)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -20,7 +20,6 @@ open, writes need the bearer token (or `authentication: none`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,24 +28,10 @@ from nodeagent.cluster.apiserver.backend import ClusterBackend
 from nodeagent.cluster.apiserver.operations import ApiError, Operations, invalid_object, not_found
 from nodeagent.core.errors import ValidationErrors
 from nodeagent.daemonkit.body import decode_body
-from nodeagent.daemonkit.status import status_body, status_middleware
+from nodeagent.daemonkit.status import status_middleware
 
 SERVICE: web.AppKey[ClusterBackend] = web.AppKey("service", ClusterBackend)
 OPS: web.AppKey[Operations] = web.AppKey("ops", Operations)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def api_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as e:
-        body = status_body(e.code, e.message, e.reason, e.causes, e.name or None)
-        if e.name or e.kind:
-            body["details"] = {**body.get("details", {}), "kind": e.kind}
-            if e.name:
-                body["details"]["name"] = e.name
-        return web.json_response(body, status=e.code)
 
 
 async def _body(request: web.Request) -> Any:
@@ -233,7 +218,7 @@ async def scheduler_info(request: web.Request) -> web.Response:
 
 
 def create_app(service: ClusterBackend, *, auth: bool = True) -> web.Application:
-    middlewares = [status_middleware, api_errors, *([service.auth.middleware] if auth else [])]
+    middlewares = [status_middleware, *([service.auth.middleware] if auth else [])]
     app = web.Application(middlewares=middlewares, client_max_size=service.config.max_request_body_bytes)
     app[SERVICE] = service
     app[OPS] = Operations(service)

@@ -21,19 +21,24 @@ from nodeagent.cluster.controllers.common.hashing import NAME_ALPHABET
 from nodeagent.cluster.objects import SYSTEM_NAMESPACES, PodRecord, namespace_object, new_pod, parse_namespace
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.timefmt import rfc3339
-from nodeagent.daemonkit.status import invalid
+from nodeagent.daemonkit.status import StatusError, invalid, status_body
 
 PRIORITY_GROUP = "priorityclasses.scheduling.k8s.io"
 
 
-class ApiError(Exception):
-    """An API failure: becomes a Kubernetes Status (code, reason, message, details)."""
+class ApiError(StatusError):
+    """An API failure of the scheduler's API: a Status whose details carry `kind` also without a name."""
 
     def __init__(self, code: int, message: str, reason: str, kind: str = "", name: str = "",
                  causes: list[dict[str, str]] | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.reason = code, message, reason
-        self.kind, self.name, self.causes = kind, name, causes or []
+        super().__init__(code, message, reason, causes or [], name or None, kind)
+        self.name: str | None = name
+
+    def body(self) -> dict[str, Any]:
+        body = status_body(self.code, self.message, self.reason, self.causes, self.name or None, self.kind)
+        if self.kind and not self.name:
+            body["details"] = {**body.get("details", {}), "kind": self.kind}
+        return body
 
 
 def not_found(kind: str, name: str) -> ApiError:

@@ -11,15 +11,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nodeagent.core.errors import FieldError
+from nodeagent.daemonkit import status
 
 
-class StatusError(Exception):
-    """A failed API call: `status` is the metav1.Status body, `code` the HTTP status."""
+class StatusError(status.StatusError):
+    """A failed API call: `status` is the metav1.Status body, `code` the HTTP status. Arguments in
+    apimachinery's order (code, reason, message, details); the details' name, kind and causes are
+    also the base class's fields."""
 
     def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-        self.details = details or {}
+        details = details or {}
+        super().__init__(code, message, reason, details.get("causes", ()), details.get("name"),
+                         details.get("kind", ""))
+        self.details = details
 
     @property
     def status(self) -> dict[str, Any]:
@@ -29,6 +33,9 @@ class StatusError(Exception):
             body["details"] = self.details
         body["code"] = self.code
         return body
+
+    def body(self) -> dict[str, Any]:
+        return self.status
 
 
 def qualified(resource: str, group: str) -> str:
