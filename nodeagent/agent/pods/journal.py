@@ -27,7 +27,6 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -256,8 +255,3 @@ class CheckpointJournal:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def journal_for(state_dir: str | os.PathLike[str]) -> CheckpointJournal:
-    """The journal over the per-pod store of `state_dir` (the daemon's one)."""
-    return CheckpointJournal(CheckpointStore.open(Path(state_dir)))

@@ -55,7 +55,3 @@ def unknown(output: str) -> ProbeOutcome:
 
 # Output is cut to what the kubelet reads of an exec probe's output or an HTTP body (10 KiB).
 MAX_OUTPUT = 10 * 1024
-
-
-def clip(data: bytes) -> str:
-    return data[:MAX_OUTPUT].decode("utf-8", "replace")
