@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nodeagent.core.duration import human_duration
 from nodeagent.core.quantity import Quantity, parse_quantity
 
 POD_COLUMNS = ("NAMESPACE", "NAME", "PHASE", "QOS", "RESTARTS", "AGE")
@@ -49,33 +50,6 @@ def parse_time(text: object) -> float | None:
         return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
     except ValueError:
         return None
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's HumanDuration: `42s`, `3m12s`, `25m`, `2h10m`, `30h`, `3d4h`, `120d`, `2y30d`."""
-    s = int(seconds)
-    if s < 0:
-        return "<invalid>"
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    h = s // 3600
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if h < 24 * 8:
-        return f"{h // 24}d{h % 24}h" if h % 24 else f"{h // 24}d"
-    d = h // 24
-    if d < 365 * 2:
-        return f"{d}d"
-    if d < 365 * 8:
-        return f"{d // 365}y{d % 365}d" if d % 365 else f"{d // 365}y"
-    return f"{d // 365}y"
 
 
 def age(timestamp: object, now: float) -> str:

@@ -1,4 +1,5 @@
-"""Go-style durations ("30s", "1m30s", "1.5h", "500ms"), as the kubelet config writes them.
+"""Go-style durations ("30s", "1m30s", "1.5h", "500ms"), as the kubelet config writes them, and
+the human form kubectl shows in its AGE columns (`human_duration`).
 
 Parsing follows Go's time.ParseDuration so KubeletConfiguration files mean the same thing here:
 one optional sign, then one or more `<number><unit>` pairs, units ns, us (µs, μs), ms, s, m, h;
@@ -86,3 +87,33 @@ def _fraction_text(value: int, unit: int) -> str:
         return str(whole)
     digits = len(str(unit)) - 1
     return f"{whole}." + f"{frac:0{digits}d}".rstrip("0")
+
+
+def human_duration(seconds: float) -> str:
+    """apimachinery's duration.HumanDuration (kubectl's AGE): "45s", "5m30s", "3h", "2d4h", "1y30d";
+    "0s" for a second of clock skew, "<invalid>" below that."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    minutes = s // 60
+    if minutes < 10:
+        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = s // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // (24 * 365)}y" if days == 0 else f"{hours // (24 * 365)}y{days}d"
+    return f"{hours // (24 * 365)}y"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from nodeagent.core.duration import human_duration as human_duration
 from nodeagent.core.timefmt import parse_rfc3339
 
 IncludeObject = Literal["Metadata", "Object", "None"]
@@ -36,35 +37,6 @@ AGE = Column("Age", description="CreationTimestamp is a timestamp representing t
                                 "object was created.")
 DEFAULT_COLUMNS = (NAME, AGE)
 Cells = Callable[[Mapping[str, Any], float], list[Any]]
-
-
-def human_duration(seconds: float) -> str:
-    """apimachinery's duration.HumanDuration: "45s", "5m30s", "3h", "2d4h", "1y30d"."""
-    s = int(seconds)
-    if s < -1:
-        return "<invalid>"
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    minutes = s // 60
-    if minutes < 10:
-        return f"{minutes}m" if s % 60 == 0 else f"{minutes}m{s % 60}s"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = s // 3600
-    if hours < 8:
-        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // (24 * 365)}y" if days == 0 else f"{hours // (24 * 365)}y{days}d"
-    return f"{hours // (24 * 365)}y"
 
 
 def since(timestamp: object, now_wall: float) -> str:
