@@ -10,7 +10,7 @@ package ships the Kubernetes .proto definitions (the one on PyPI is from 2019), 
 messages use only varints and length-delimited fields. Empty strings are left out, as Go's JSON
 does for its omitempty fields (`kubectl create secret` sends type ""). Anything malformed is a ProtobufError
 (400). Responses stay JSON (kubectl accepts them). Field numbers are upstream's; the real
-kubectl checks them in tests/test_kube_clients.py.
+kubectl checks them in tests/test_kube_clients.py. The wire reader is daemonkit/protowire.py's.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-MAGIC = b"k8s\x00"
-CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
-
-
-class ProtobufError(ValueError):
-    pass
-
+from nodeagent.daemonkit.protowire import CONTENT_TYPE as CONTENT_TYPE
+from nodeagent.daemonkit.protowire import MAGIC as MAGIC
+from nodeagent.daemonkit.protowire import ProtobufError as ProtobufError
+from nodeagent.daemonkit.protowire import check_depth, fields, utf8
 
 Schema = dict[int, tuple[str, str, Any]]
 # kinds: str, int, bool, bytes (base64 in JSON), strs (repeated string), msg, msgs (repeated message),
@@ -77,48 +74,6 @@ KINDS: dict[tuple[str, str], Schema] = {
                                                              2: ("subjects", "msgs", _SUBJECT),
                                                              3: ("roleRef", "msg", _ROLE_REF)},
 }
-MAX_DEPTH = 16
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ProtobufError("truncated varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ProtobufError("varint too long")
-
-
-def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
-    out: list[tuple[int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
-        tag, pos = _varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise ProtobufError("field number 0")
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            out.append((number, value))
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
-                raise ProtobufError("truncated field")
-            out.append((number, data[pos:pos + length]))
-            pos += length
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-            if pos > len(data):
-                raise ProtobufError("truncated field")
-        else:
-            raise ProtobufError(f"unsupported wire type {wire}")
-    return out
 
 
 def _bytes(value: int | bytes, name: str) -> bytes:
@@ -128,15 +83,12 @@ def _bytes(value: int | bytes, name: str) -> bytes:
 
 
 def _text(value: int | bytes, name: str) -> str:
-    try:
-        return _bytes(value, name).decode()
-    except UnicodeDecodeError:
-        raise ProtobufError(f"{name}: not UTF-8") from None
+    return utf8(_bytes(value, name), name)
 
 
 def _entry(value: int | bytes, name: str) -> tuple[str, int | bytes | None]:
     key, val = "", None
-    for number, v in _fields(_bytes(value, name)):
+    for number, v in fields(_bytes(value, name)):
         if number == 1:
             key = _text(v, name)
         elif number == 2:
@@ -145,10 +97,9 @@ def _entry(value: int | bytes, name: str) -> tuple[str, int | bytes | None]:
 
 
 def _message(data: bytes, schema: Schema, depth: int = 0) -> dict[str, Any]:
-    if depth > MAX_DEPTH:
-        raise ProtobufError("nesting too deep")
+    check_depth(depth)
     out: dict[str, Any] = {}
-    for number, value in _fields(data):
+    for number, value in fields(data):
         if number not in schema:
             continue  # status, and fields this server does not read
         name, kind, sub = schema[number]
@@ -172,7 +123,7 @@ def _message(data: bytes, schema: Schema, depth: int = 0) -> dict[str, Any]:
             elif kind == "map_bytes":
                 out.setdefault(name, {})[key] = base64.b64encode(raw).decode()
             else:
-                qty = next((v for n, v in _fields(raw) if n == 1), b"")
+                qty = next((v for n, v in fields(raw) if n == 1), b"")
                 out.setdefault(name, {})[key] = _text(qty, name)
         elif kind in ("int32", "bool"):
             if not isinstance(value, int):

@@ -11,20 +11,17 @@ protobuf runtime would still need the Kubernetes .proto files compiled for these
 the wire format (varints and length-delimited fields) is all they use.
 
 `decode` returns the same dict the JSON body would give (the reviews module takes it as is);
-anything malformed is a ProtobufError (400 BadRequest).
+anything malformed is a ProtobufError (400 BadRequest). The wire reader is daemonkit/protowire.py's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-MAGIC = b"k8s\x00"
-CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
-
-
-class ProtobufError(ValueError):
-    pass
-
+from nodeagent.daemonkit.protowire import CONTENT_TYPE as CONTENT_TYPE
+from nodeagent.daemonkit.protowire import MAGIC as MAGIC
+from nodeagent.daemonkit.protowire import ProtobufError as ProtobufError
+from nodeagent.daemonkit.protowire import check_depth, fields, utf8
 
 # field number -> (json name, kind, sub-schema); kinds: str, int, bool, msg, strs (repeated
 # string), msgs (repeated message), map (map<string, sub-schema>)
@@ -63,60 +60,16 @@ KINDS: dict[tuple[str, str], Schema] = {
 }
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ProtobufError("truncated varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ProtobufError("varint too long")
-
-
-def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
-    out: list[tuple[int, int, int | bytes]] = []
-    pos = 0
-    while pos < len(data):
-        tag, pos = _varint(data, pos)
-        number, wire = tag >> 3, tag & 7
-        if number == 0:
-            raise ProtobufError("field number 0")
-        if wire == 0:
-            value, pos = _varint(data, pos)
-            out.append((number, wire, value))
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
-                raise ProtobufError("truncated field")
-            out.append((number, wire, data[pos:pos + length]))
-            pos += length
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            if pos + size > len(data):
-                raise ProtobufError("truncated field")
-            pos += size  # fixed-width: no field of these kinds uses them; skipped
-        else:
-            raise ProtobufError(f"unsupported wire type {wire}")
-    return out
-
-
 def _text(value: int | bytes, name: str) -> str:
     if not isinstance(value, bytes):
         raise ProtobufError(f"{name}: expected a string")
-    try:
-        return value.decode()
-    except UnicodeDecodeError:
-        raise ProtobufError(f"{name}: not UTF-8") from None
+    return utf8(value, name)
 
 
-def _message(data: bytes, schema: Schema) -> dict[str, Any]:
+def _message(data: bytes, schema: Schema, depth: int = 0) -> dict[str, Any]:
+    check_depth(depth)
     out: dict[str, Any] = {}
-    for number, _wire, value in _fields(data):
+    for number, value in fields(data):
         if number not in schema:
             continue  # a field this server does not read (status, newer fields)
         name, kind, sub = schema[number]
@@ -132,11 +85,11 @@ def _message(data: bytes, schema: Schema) -> dict[str, Any]:
             if not isinstance(value, bytes):
                 raise ProtobufError(f"{name}: expected a message")
             if kind == "msg":
-                out[name] = _message(value, sub)
+                out[name] = _message(value, sub, depth + 1)
             elif kind == "msgs":
-                out.setdefault(name, []).append(_message(value, sub))
+                out.setdefault(name, []).append(_message(value, sub, depth + 1))
             else:
-                entry = _message(value, {1: ("key", "str", None), 2: ("value", "msg", sub)})
+                entry = _message(value, {1: ("key", "str", None), 2: ("value", "msg", sub)}, depth + 1)
                 items = entry.get("value", {}).get("items", [])
                 out.setdefault(name, {})[entry.get("key", "")] = items
         elif kind in ("int", "bool"):
