@@ -12,7 +12,10 @@ keeps each importing only the ones below it:
                 order and the pod phase with init containers and sidecars
     probes/     act over decide: liveness/readiness/startup probes (pure state, executors, runners)
     eviction/   act over observe/decide: the eviction loop, its wake-ups and pure decisions
-    runtime/    act: spawning and supervising container processes, their logs and states
+    runtime/    act: spawning and supervising container processes, their logs and states; oci/, the
+                OCI runtime room for containers from images
+    stats/      observe/report: resource metrics, one read pass over the pod cgroups per interval,
+                CPU rates from counters, /metrics/resource and /stats/summary in the kubelet's shapes
     images/     act: image references, pulls (skopeo), the layer store on imagefs, image GC
     node/       observe/decide: capacity, allocatable, node status and its reporter, static pod
                 files, /proc

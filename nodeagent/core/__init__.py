@@ -6,7 +6,7 @@ parsing, defaulting, validation), qos (QoS class, criticality, oom_score_adj), r
 requests and limits, cpu shares/weight/quota, admission fit), tolerations (taints and
 Toleration.ToleratesTaint), wellknown (label, annotation, condition and taint names both sides use),
 expansion ($(VAR) references), downward (a container's environment from its pod: downward API,
-ConfigMap/Secret keys, envFrom).
+ConfigMap/Secret keys, envFrom), selectors (label and field selectors, parsed and matched).
 
 May import: the standard library and third-party libraries only; nothing else of nodeagent.
 """

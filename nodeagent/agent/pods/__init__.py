@@ -2,5 +2,6 @@
 (everything below admission needs, derived once), one PodWorker per pod, the static pod sync,
 and the pod side of eviction.
 
-May import: eviction, runtime, node, cgroups, config, events, core, daemonkit.
+May import: lifecycle, probes, eviction, runtime, stats, images, node, cgroups, config, events (the
+rooms below it), core, daemonkit.
 """

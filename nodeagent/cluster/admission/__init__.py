@@ -1,4 +1,5 @@
-"""Admission rules of the cluster API (pure): PriorityClass resolution and ResourceQuota checks.
+"""Admission rules of the cluster API (pure): PriorityClass resolution, ResourceQuota checks, the
+LimitRanger's defaults and limits, DefaultTolerationSeconds.
 
 May import: core.
 """

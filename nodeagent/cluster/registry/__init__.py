@@ -14,5 +14,7 @@
     plugins        protocols of the rooms beside it: patch, field manager, field validation, admission
     authorization  the Authorizer protocol (RBAC plugs in) and AlwaysAllow
 
-May import: storage, admission, core. Never HTTP (apiserver) or the server.
+May import: the rooms below it in the control plane's contract (storage, admission, auth,
+controllers), the pure libraries schema and patch, core, daemonkit. Never HTTP (apiserver), the
+loops or the server.
 """

@@ -2,6 +2,8 @@
 
 `parse_pod(manifest)` is the way in; it validates, applies Kubernetes defaulting and raises
 `nodeagent.core.errors.ValidationErrors` naming every bad field.
+
+May import: the rest of core (errors, names, quantity...); nothing else of nodeagent.
 """
 
 from nodeagent.core.model.env import EnvFromSource, EnvVar

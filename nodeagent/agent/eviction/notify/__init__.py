@@ -13,6 +13,9 @@ shrinks or fill rate grows. Usage, in the manager:
     armed, unavailable = await start_all([PsiNotifier(wake), MemoryEventsNotifier(wake, pods_dir)])
     ...
     await asyncio.wait_for(manager.wake.wait(), poll(observations))   # poll = AdaptivePoll(...)
+
+May import: eviction's ranking, evaluate and observations (below it in eviction's contract; not
+signals beside it, nor manager or wakeups above), config, node, cgroups, core, daemonkit.
 """
 
 from nodeagent.agent.eviction.notify.adaptive import AdaptivePoll, FillRate, next_interval, rate_floor

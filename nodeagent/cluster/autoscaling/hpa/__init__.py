@@ -9,4 +9,7 @@ controller  one sync of one HPA: reconcile(hpa, scale, pods, metrics, history, n
 convert     autoscaling/v1 <-> v2 (the round-trip annotations)
 fast        beyond upstream: a first reaction within 5 s of a load step, without flapping
 simulate    load traces through upstream's settings and the fast ones (tests, bench)
+
+May import: metrics and resize (below it in autoscaling's contract), core. Not vpa beside it, nor
+coexist or together above; never agent, cli or daemonkit.
 """

@@ -3,4 +3,6 @@
     rate      CPU usage rate from two cumulative counter samples (resets, gaps, out-of-order)
     window    per-series ring buffers (numpy) of the last N samples; usage over a window
     objects   NodeMetrics / PodMetrics (metrics.k8s.io/v1beta1) as `kubectl top` reads them
+
+May import: core only (the bottom of autoscaling's contract, independent of resize beside it).
 """

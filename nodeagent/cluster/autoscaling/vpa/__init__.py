@@ -7,4 +7,7 @@ spec         the VPA spec typed and validated
 policy       resourcePolicy on recommendations and on pods (caps, controlled values, limits)
 admission    requests (and limits) set when a pod is created (Initial and the replacements)
 updater      which pods to evict or resize in place (Recreate, InPlaceOrRecreate)
+
+May import: resize and metrics (below it in autoscaling's contract), core. Not hpa beside it, nor
+coexist or together above; never agent, cli or daemonkit.
 """

@@ -6,4 +6,7 @@ progressDeadlineSeconds, revisions and revisionHistoryLimit cleanup.
     util       the deployment_util.go functions: fenceposts, revisions, annotations, proportions,
                conditions, defaults
     reconcile  one sync: claim ReplicaSets, find or create the new one, scale, status
+
+May import: controllers.common, core and the scheduler's pure predicates (cluster/scheduler).
+Never another controller, admission, auth or daemonkit.
 """

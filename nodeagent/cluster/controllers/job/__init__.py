@@ -5,4 +5,7 @@ indexes       Indexed mode: completion indexes, their interval strings, duplicat
 failurepolicy podFailurePolicy rules (onExitCodes, onPodConditions; FailJob, Ignore, Count)
 reconcile     one sync: claim, count with the job-tracking finalizer, create/delete, conditions
 ttl           ttlSecondsAfterFinished (ttlafterfinished controller)
+
+May import: controllers.common, core and the scheduler's pure predicates (cluster/scheduler).
+Never another controller, admission, auth or daemonkit.
 """

@@ -7,4 +7,7 @@ cluster/admission/tolerations.py).
     zones       zone states (Normal, PartialDisruption, FullDisruption) and their eviction rates
     tainting    the rate-limited NoExecute tainting queue per zone (token bucket, burst 1)
     eviction    taint-based eviction after tolerationSeconds
+
+May import: controllers.common, core and the scheduler's pure predicates (cluster/scheduler).
+Never another controller, admission, auth or daemonkit.
 """

@@ -5,4 +5,7 @@ in ActivePodsWithRanks order, and compute the status.
     victims    the scale-down order and co-location ranks
     reconcile  manage (adopt/release, creates, deletes, expectations), the pod from the template,
                the status and when to look again
+
+May import: controllers.common, core and the scheduler's pure predicates (cluster/scheduler).
+Never another controller, admission, auth or daemonkit.
 """

@@ -2,6 +2,10 @@
 
 To add a kind: a module here with its Strategy subclass (its ResourceInfo is the catalog entry)
 and one line in BUILTIN.
+
+May import: the registry's own modules (strategy, catalog, options, table, authorization),
+admission (its parsers), auth (attributes), core; as part of the registry, nothing above it in the
+control plane's contract (never HTTP, the loops or the server).
 """
 
 from __future__ import annotations
