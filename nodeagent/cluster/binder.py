@@ -19,7 +19,6 @@ agent cannot be reached the pod stays Terminating and the node poll retries (as 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -36,6 +35,7 @@ from nodeagent.cluster.objects import (
     set_condition,
 )
 from nodeagent.cluster.scheduler.framework import FitError, Scheduled
+from nodeagent.cluster.scheduler.loop import run_batches
 from nodeagent.cluster.scheduler.node_table import NOMINATED
 from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
@@ -47,7 +47,6 @@ from nodeagent.daemonkit.tasks import GuardedTasks
 log = structlog.get_logger(__name__)
 
 SCHEDULER_NAME = "nodeagent-scheduler"
-BATCH, BATCH_SECONDS = 64, 0.005  # most pods / longest time per turn of the event loop
 WATCH_SLACK = 10.0  # seconds past a victim's grace period we keep watching it go
 
 
@@ -104,32 +103,13 @@ class Binder:
 
     # ---- the loop ----------------------------------------------------------------------------
     async def run(self) -> None:
-        """Schedule pods as they become ready. Up to BATCH pods (or BATCH_SECONDS) per turn of
-        the event loop: yielding after every pod costs a loop turn and a store hand-off each;
-        a batch keeps the API's latency under a few milliseconds all the same."""
-        while True:
-            qp = self.queue.pop()
-            if qp is None:
-                ready_at = self.queue.next_ready_at()
-                self._wake.clear()
-                timeout = None if ready_at is None else max(0.0, ready_at - self.clock.now())
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
-                continue
-            end, done = time.perf_counter() + BATCH_SECONDS, 0
-            while qp is not None:
-                try:
-                    self.schedule_one(qp)
-                except Exception:
-                    log.exception("schedule_cycle_failed", pod=qp.key)
-                    rec = self.state.pods.get(qp.key)
-                    if rec is not None:
-                        self._requeue(rec)
-                done += 1
-                qp = self.queue.pop() if done < BATCH and time.perf_counter() < end else None
-            await asyncio.sleep(0)  # the API and the agents' answers get their turn
+        """Schedule pods as they become ready, in batches (scheduler/loop.py)."""
+        await run_batches(self.queue, self._wake, self.clock, self.schedule_one, self._cycle_failed)
+
+    def _cycle_failed(self, qp: QueuedPod[PodRecord]) -> None:
+        rec = self.state.pods.get(qp.key)
+        if rec is not None:
+            self._requeue(rec)
 
     def schedule_one(self, qp: QueuedPod[PodRecord]) -> None:
         st = self.state

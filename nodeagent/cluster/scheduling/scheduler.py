@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -32,6 +31,7 @@ from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.options import Context, DeleteOptions
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.scheduler.framework import FitError, Scheduled
+from nodeagent.cluster.scheduler.loop import run_batches
 from nodeagent.cluster.scheduler.node_table import NOMINATED
 from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
@@ -43,7 +43,6 @@ from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
 
-BATCH, BATCH_SECONDS = 64, 0.005  # most pods / longest time per turn of the event loop
 Obj = dict[str, Any]
 
 
@@ -99,27 +98,8 @@ class Scheduler:
 
     # ---- the loop ------------------------------------------------------------------------------
     async def run(self) -> None:
-        while True:
-            qp = self.queue.pop()
-            if qp is None:
-                ready_at = self.queue.next_ready_at()
-                self._wake.clear()
-                timeout = None if ready_at is None else max(0.0, ready_at - self.clock.now())
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
-                continue
-            end, done = time.perf_counter() + BATCH_SECONDS, 0
-            while qp is not None:
-                try:
-                    self.schedule_one(qp)
-                except Exception:
-                    log.exception("schedule_cycle_failed", pod=qp.key)
-                    self._requeue(qp.key)
-                done += 1
-                qp = self.queue.pop() if done < BATCH and time.perf_counter() < end else None
-            await asyncio.sleep(0)  # the API, the watches and the bindings get their turn
+        """Schedule pods as they become ready, in batches (scheduler/loop.py)."""
+        await run_batches(self.queue, self._wake, self.clock, self.schedule_one, lambda qp: self._requeue(qp.key))
 
     def schedule_one(self, qp: QueuedPod[str]) -> None:
         cache = self.cache
