@@ -3,46 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from nodeagent.cli import daemons
 from nodeagent.cluster.serverconfig import ServerConfig, load_server_config, parse_server_config
-from nodeagent.daemonkit.configfile import ConfigError
 
 
 def _load(path: str | None) -> ServerConfig | None:
-    try:
-        return load_server_config(path) if path else parse_server_config({}, "defaults")
-    except ConfigError as exc:
-        for line in exc.errors:
-            print(f"{exc.source}: {line}", file=sys.stderr)
-        return None
+    return daemons.load(path, load_server_config, parse_server_config)
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from nodeagent.cluster.controlplane import ControlPlane
-    from nodeagent.daemonkit.logsetup import configure_logging
 
     config = _load(args.config)
     if config is None:
         return 1
-    configure_logging(config.logging.level, config.logging.format)
-    try:
-        asyncio.run(ControlPlane(config).run())
-    except (OSError, ValueError) as exc:  # port taken, unusable storage path
-        print(f"nodeagent server: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return daemons.run("server", config, lambda: ControlPlane(config).run())  # port taken, unusable storage path
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = _load(args.config)
-    if config is None:
-        return 1
-    print(json.dumps(config.to_dict(), indent=2))
-    return 0
+    return daemons.check_config(_load(args.config))
 
 
 def _kubeconfig(args: argparse.Namespace) -> int:

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from nodeagent.cli import daemons
 from nodeagent.cluster.config import SchedulerConfig, load_scheduler_config, parse_scheduler_config
-from nodeagent.daemonkit.configfile import ConfigError
 
 
 def _load(path: str | None) -> SchedulerConfig | None:
-    try:
-        return load_scheduler_config(path) if path else parse_scheduler_config({}, "defaults")
-    except ConfigError as exc:
-        for line in exc.errors:
-            print(f"{exc.source}: {line}", file=sys.stderr)
-        return None
+    return daemons.load(path, load_scheduler_config, parse_scheduler_config)
 
 
 def _check(config: SchedulerConfig, source: str) -> str | None:
@@ -27,41 +21,26 @@ def _check(config: SchedulerConfig, source: str) -> str | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-
     from nodeagent.cluster.server import build_scheduler
-    from nodeagent.daemonkit.logsetup import configure_logging
 
-    config = _load(args.config)
-    if config is None:
-        return 1
-    source = args.config or "defaults"
-    if (problem := _check(config, source)) is not None:
-        print(problem, file=sys.stderr)
-        return 1
-    configure_logging(config.logging.level, config.logging.format)
-
-    async def main() -> None:
-        service = build_scheduler(config)
-        await service.run()
-
-    try:
-        asyncio.run(main())
-    except (OSError, ValueError) as exc:  # port taken, unreadable token file, bad database
-        print(f"nodeagent scheduler: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _check_config(args: argparse.Namespace) -> int:
     config = _load(args.config)
     if config is None:
         return 1
     if (problem := _check(config, args.config or "defaults")) is not None:
         print(problem, file=sys.stderr)
         return 1
-    print(json.dumps(config.to_dict(), indent=2))
-    return 0
+
+    async def main() -> None:
+        service = build_scheduler(config)
+        await service.run()
+
+    return daemons.run("scheduler", config, main)  # port taken, unreadable token file, bad database
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    problem = _check(config, args.config or "defaults") if config is not None else None
+    return daemons.check_config(config, problem)
 
 
 def add_scheduler(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
