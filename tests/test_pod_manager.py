@@ -140,7 +140,8 @@ async def test_create_runs_the_command_in_cgroups_with_its_limits(manager: PodMa
     assert (pod_spec.cpu_shares, pod_spec.cpu_quota_us, pod_spec.memory_max) == (256, 25000, 64 * MI)
     c_spec = driver.specs[f"kubepods/pod{uid}/main"]
     assert (c_spec.cpu_shares, c_spec.cpu_quota_us, c_spec.memory_max) == (256, 25000, 64 * MI)
-    pid = await until(lambda: pid_of(manager, "web"), what="a pid")
+    pid = await until(lambda: status(manager, "web").get("containerID") and pid_of(manager, "web"),
+                      what="a pid, running")  # the containerID once the shim is in its cgroup
     assert alive(pid)
     cs = status(manager, "web")
     assert "running" in cs["state"] and cs["containerID"].startswith(f"nodeagent://{pid}@")
@@ -289,8 +290,8 @@ async def test_second_manager_adopts_running_pods_and_restarts_the_dead(tmp_path
         assert await second.restore() == []
         assert status(second, "keep")["containerID"] == ids["keep"]
         assert pid_of(second, "keep") == pids["keep"] and status(second, "keep")["restartCount"] == 0
-        await until(lambda: status(second, "died")["restartCount"] == 1 and pid_of(second, "died"),
-                    what="died to be restarted")
+        await until(lambda: status(second, "died")["restartCount"] == 1 and status(second, "died").get("containerID"),
+                    what="died to be restarted and running")  # its containerID once the shim is in its cgroup
         cs = status(second, "died")
         assert cs["lastState"]["terminated"]["reason"] == "ContainerStatusUnknown"
         assert cs["containerID"] != ids["died"]

@@ -9,8 +9,10 @@ import pytest
 
 from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.agent.pods.plan import PodPlan, plan_pod
+from nodeagent.core.downward import NodeFacts
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import parse_pod
+from nodeagent.core.quantity import parse_quantity
 
 GI = 1 << 30
 MI = 1 << 20
@@ -103,3 +105,63 @@ def test_a_pod_that_cannot_be_planned_names_the_field() -> None:
     with pytest.raises(ValueError, match="capacity"):
         plan_pod(pod.model_copy(update={"spec": pod.spec.model_copy(update={"containers": [
             pod.spec.containers[0].model_copy(update={"working_dir": None})]})}), state_dir="/s", memory_capacity=0)
+
+
+# ---- init containers and the container's environment ----
+
+FACTS = NodeFacts(node_name="node-a", host_ips=("10.0.0.5",), pod_ips=("10.0.0.5",),
+                  allocatable={"cpu": parse_quantity("2"), "memory": parse_quantity("4Gi")})
+
+
+def sh(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "command": ["/bin/sh", "-c", script], **extra}
+
+
+def manifest(name: str, containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None,
+             **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": "u-" + name,
+                         "labels": {"app": "web"}, "annotations": {"team": "blue"}},
+            "spec": {"containers": containers, "initContainers": init or [], **spec}}
+
+
+def test_the_plan_holds_init_containers_with_their_restart_policies_and_the_resolved_env() -> None:
+    p = parse_pod(manifest("p", [sh("app", "true", env=[
+        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+        {"name": "TEAM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['team']"}}},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+        {"name": "GREETING", "value": "hi $(POD) $$(POD)"},
+        {"name": "RAW", "value": "$(NOPE)"}],
+        args=["$(GREETING)"], envFrom=[{"configMapRef": {"name": "absent", "optional": True}}],
+        resources={"requests": {"memory": "1Gi"}})],
+        init=[sh("setup", "true"), sh("proxy", "sleep 1", restartPolicy="Always")],
+        restartPolicy="Never", serviceAccountName="robot"))
+    plan = plan_pod(p, state_dir="/var/lib/nodeagent", memory_capacity=4 * GI, node=FACTS)
+    assert [c.name for c in plan.init_containers] == ["setup", "proxy"]
+    assert [c.name for c in plan.all_containers] == ["setup", "proxy", "app"]
+    assert [(c.init, c.sidecar, c.config.restart_policy) for c in plan.all_containers] == [
+        (True, False, "Never"), (True, True, "Always"), (False, False, "Never")]
+    assert plan.init_containers[0].cgroup_path == f"kubepods/burstable/pod{p.metadata.uid}/setup"
+    env = plan.containers[0].config.launch.env
+    assert {k: env[k] for k in ("POD", "NS", "APP", "TEAM", "NODE", "IP", "HOST", "SA", "MEM", "GREETING", "RAW")} == {
+        "POD": "p", "NS": "default", "APP": "web", "TEAM": "blue", "NODE": "node-a", "IP": "10.0.0.5",
+        "HOST": "10.0.0.5", "SA": "robot", "MEM": "4096", "GREETING": "hi p $(POD)", "RAW": "$(NOPE)"}
+    assert "PATH" in env and "HOME" in env  # the runtime's defaults
+    assert plan.containers[0].config.launch.argv[-1] == "hi p $(POD)"  # expanded once, "$$" kept as "$"
+    assert (plan.host_ips, plan.pod_ips) == (("10.0.0.5",), ("10.0.0.5",))
+    # the sidecar is killed no earlier than the app container it serves (GetContainerOOMScoreAdjust)
+    assert [c.config.oom_score_adj for c in plan.all_containers] == [999, 750, 750]
+
+
+def test_a_container_whose_env_source_is_missing_cannot_be_configured() -> None:
+    p = parse_pod(manifest("p", [sh("app", "true", envFrom=[{"configMapRef": {"name": "settings"}}]),
+                                 sh("ok", "true")]))
+    plan = plan_pod(p, state_dir="/s", memory_capacity=4 * GI, node=FACTS)
+    assert plan.containers[0].config_error == 'configmap "settings" not found'
+    assert plan.containers[1].config_error is None

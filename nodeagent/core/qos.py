@@ -2,8 +2,8 @@
 
 Sources: pkg/apis/core/v1/helper/qos (GetPodQOS), pkg/kubelet/types/pod_update.go
 (IsCriticalPod, IsNodeCriticalPod, IsStaticPod) and pkg/kubelet/qos/policy.go
-(GetContainerOOMScoreAdjust; its sidecar-container adjustment does not apply: we have no init
-containers).
+(GetContainerOOMScoreAdjust; its sidecar-container adjustment, a sidecar's value capped at the
+lowest of the app containers', is applied by the pod plan, agent/pods/plan.py).
 """
 
 from __future__ import annotations
