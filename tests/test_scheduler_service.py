@@ -13,7 +13,7 @@ from test_scheduler_support import FakeAgents, make_service, pod_manifest, settl
 
 from nodeagent.cluster.apiserver.operations import ApiError, Operations
 from nodeagent.cluster.server import SchedulerService
-from nodeagent.cluster.store.sqlite import SqliteStore
+from nodeagent.cluster.store.sqlite import SchedulerSqliteStore
 from nodeagent.core.clock import FakeClock
 
 PC_HIGH = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -231,7 +231,7 @@ async def test_silent_node_turns_not_ready_then_its_pods_fail_as_node_lost() -> 
 async def test_restart_from_sqlite_loses_nothing_and_doubles_nothing(tmp_path: Path) -> None:
     fake = agents()
     db = str(tmp_path / "s.db")
-    svc = make_service(fake, store=SqliteStore(db), stateDir=str(tmp_path))
+    svc = make_service(fake, store=SchedulerSqliteStore(db), stateDir=str(tmp_path))
     await svc.start(serve=False)
     ops = Operations(svc)
     await ops.create_priority_class(PC_HIGH)
@@ -248,7 +248,7 @@ async def test_restart_from_sqlite_loses_nothing_and_doubles_nothing(tmp_path: P
     creates = len([c for c in fake.calls if c[0] == "create"])
     await svc.stop()
 
-    svc2 = make_service(fake, store=SqliteStore(db), stateDir=str(tmp_path))
+    svc2 = make_service(fake, store=SchedulerSqliteStore(db), stateDir=str(tmp_path))
     await svc2.start(serve=False)
     ops2 = Operations(svc2)
     try:
@@ -273,7 +273,7 @@ async def test_restart_between_the_binding_write_and_the_agent_rebinds(tmp_path:
     """The store says bound, the agent never got it (killed in between): POSTed again, once."""
     fake = agents(1)
     db = str(tmp_path / "s.db")
-    svc = make_service(fake, store=SqliteStore(db))
+    svc = make_service(fake, store=SchedulerSqliteStore(db))
     await svc.start(serve=False)
     await Operations(svc).create_pod("default", pod_manifest("p"))
     await settle(svc)
@@ -281,11 +281,11 @@ async def test_restart_between_the_binding_write_and_the_agent_rebinds(tmp_path:
     fake.pods["n0"].clear()  # as if the POST never happened
     rec = svc.state.pods["default/p"]
     rec.status["conditions"] = []  # and the confirmation was never written
-    store = SqliteStore(db)
-    store.apply([__import__("nodeagent.cluster.store.sqlite", fromlist=["Put"]).Put(
+    store = SchedulerSqliteStore(db)
+    store.apply([__import__("nodeagent.cluster.store.sqlite", fromlist=["SchedulerPut"]).SchedulerPut(
         "pods", "default/p", __import__("json").dumps(rec.obj), 99)])
     store.close()
-    svc2 = make_service(fake, store=SqliteStore(db))
+    svc2 = make_service(fake, store=SchedulerSqliteStore(db))
     await svc2.start(serve=False)
     try:
         await settle(svc2)

@@ -12,22 +12,29 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.cluster.store.sqlite import AsyncStore, Delete, MemoryStore, Put, SqliteStore, encode
+from nodeagent.cluster.store.sqlite import (
+    AsyncStore,
+    Delete,
+    SchedulerMemoryStore,
+    SchedulerPut,
+    SchedulerSqliteStore,
+    encode,
+)
 
 
-def put(kind: str, key: str, obj: dict, rev: int) -> Put:
-    return Put(kind, key, encode(obj), rev)
+def put(kind: str, key: str, obj: dict, rev: int) -> SchedulerPut:
+    return SchedulerPut(kind, key, encode(obj), rev)
 
 
 def test_roundtrip_and_reopen(tmp_path: Path) -> None:
     db = str(tmp_path / "sub" / "s.db")
-    s = SqliteStore(db)
+    s = SchedulerSqliteStore(db)
     s.apply([put("pods", "ns/a", {"metadata": {"name": "a"}, "n": 1}, 1)])
     s.apply([put("pods", "ns/b", {"metadata": {"name": "b"}}, 2), put("namespaces", "ns", {"x": [1, 2]}, 3)])
     s.apply([put("pods", "ns/a", {"metadata": {"name": "a"}, "n": 2}, 4)])
     s.apply([Delete("pods", "ns/b", 5)])
     s.close()
-    snap, rev = SqliteStore(db).load()
+    snap, rev = SchedulerSqliteStore(db).load()
     assert rev == 5
     assert snap["pods"] == {"ns/a": {"metadata": {"name": "a"}, "n": 2}}
     assert snap["namespaces"] == {"ns": {"x": [1, 2]}}
@@ -36,17 +43,17 @@ def test_roundtrip_and_reopen(tmp_path: Path) -> None:
 
 def test_wal_mode_and_private_file(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
-    SqliteStore(db, sync="full").close()
+    SchedulerSqliteStore(db, sync="full").close()
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (Path(db).stat().st_mode & 0o777) == 0o600
     with pytest.raises(ValueError, match="storeSync"):
-        SqliteStore(db, sync="sometimes")
+        SchedulerSqliteStore(db, sync="sometimes")
 
 
 def test_a_failing_change_leaves_nothing_of_its_transaction(tmp_path: Path) -> None:
-    s = SqliteStore(str(tmp_path / "s.db"))
+    s = SchedulerSqliteStore(str(tmp_path / "s.db"))
     s.apply([put("pods", "ns/a", {"v": 1}, 1)])
-    bad = Put("pods", "ns/b", None, 3)  # type: ignore[arg-type]  # NOT NULL fails mid-transaction
+    bad = SchedulerPut("pods", "ns/b", None, 3)  # type: ignore[arg-type]  # NOT NULL fails mid-transaction
     with pytest.raises(sqlite3.IntegrityError):
         s.apply([put("pods", "ns/a", {"v": 2}, 2), bad])
     snap, rev = s.load()
@@ -56,7 +63,7 @@ def test_a_failing_change_leaves_nothing_of_its_transaction(tmp_path: Path) -> N
 
 
 def test_memory_store_keeps_copies() -> None:
-    m = MemoryStore()
+    m = SchedulerMemoryStore()
     obj = {"a": [1]}
     m.apply([put("pods", "k", obj, 7)])
     obj["a"].append(2)
@@ -67,7 +74,7 @@ def test_memory_store_keeps_copies() -> None:
 async def test_async_store_writes_in_order_on_one_thread(tmp_path: Path) -> None:
     threads: set[int] = set()
 
-    class Recording(SqliteStore):
+    class Recording(SchedulerSqliteStore):
         def apply(self, changes: list) -> None:  # type: ignore[override]
             threads.add(threading.get_ident())
             super().apply(changes)
@@ -84,19 +91,19 @@ async def test_async_store_writes_in_order_on_one_thread(tmp_path: Path) -> None
     await asyncio.gather(*futures)
     assert threads and threading.get_ident() not in threads and len(threads) == 1
     a.close()
-    snap, rev = SqliteStore(str(tmp_path / "s.db")).load()
+    snap, rev = SchedulerSqliteStore(str(tmp_path / "s.db")).load()
     assert snap["pods"] == {"ns/p": {"metadata": {"name": "p", "resourceVersion": "200"}, "n": 199}}
     assert rev == 202
 
 
 async def test_async_store_continues_the_revision_after_reopen(tmp_path: Path) -> None:
     db = str(tmp_path / "s.db")
-    a = AsyncStore(SqliteStore(db))
+    a = AsyncStore(SchedulerSqliteStore(db))
     a.load()
     await a.put("namespaces", "x", {"metadata": {"name": "x"}})
     await a.put("namespaces", "y", {"metadata": {"name": "y"}})
     a.close()
-    b = AsyncStore(SqliteStore(db))
+    b = AsyncStore(SchedulerSqliteStore(db))
     snap = b.load()
     assert b.revision == 2
     obj = {"metadata": {"name": "z"}}
@@ -107,7 +114,7 @@ async def test_async_store_continues_the_revision_after_reopen(tmp_path: Path) -
 
 
 async def test_write_failure_reaches_the_awaiting_caller(tmp_path: Path) -> None:
-    class Broken(MemoryStore):
+    class Broken(SchedulerMemoryStore):
         def apply(self, changes: list) -> None:  # type: ignore[override]
             raise OSError("disk full")
 
@@ -147,7 +154,7 @@ async def test_process_store_writes_in_order_and_survives_a_reopen(tmp_path: Pat
     assert ps.handoffs == 1  # one frame for everything queued in one turn of the loop
     await ps.aclose()
     assert child.returncode == 0
-    snap, rev = SqliteStore(db).load()
+    snap, rev = SchedulerSqliteStore(db).load()
     assert snap["pods"] == {"ns/p": {"metadata": {"name": "p", "resourceVersion": "500"}, "n": 499}}
     assert rev == 502
     again = ProcessStore(db)

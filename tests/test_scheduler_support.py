@@ -11,7 +11,7 @@ from typing import Any
 from nodeagent.cluster.agents.client import AgentConflict, AgentRefused, AgentUnavailable
 from nodeagent.cluster.config import parse_scheduler_config
 from nodeagent.cluster.server import SchedulerService, build_scheduler
-from nodeagent.cluster.store.sqlite import MemoryStore, Store
+from nodeagent.cluster.store.sqlite import SchedulerMemoryStore, SchedulerStore
 from nodeagent.core.clock import Clock
 
 
@@ -128,13 +128,13 @@ class FakeAgents:
         return [n for n, pods in self.pods.items() if key in pods]
 
 
-def make_service(agents: FakeAgents, *, store: Store | None = None, clock: Clock | None = None,
+def make_service(agents: FakeAgents, *, store: SchedulerStore | None = None, clock: Clock | None = None,
                  **config: Any) -> SchedulerService:
     data: dict[str, Any] = {"nodes": [{"name": n, "url": f"http://{n}.test:10250"} for n in agents.nodes],
                             "authentication": "none", "podInitialBackoff": "50ms",
                             "podMaxBackoff": "200ms", "nodePollInterval": "1h"}
     data.update(config)
-    return build_scheduler(parse_scheduler_config(data, "test"), store=store or MemoryStore(),
+    return build_scheduler(parse_scheduler_config(data, "test"), store=store or SchedulerMemoryStore(),
                            agents=agents, clock=clock)
 
 

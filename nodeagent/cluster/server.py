@@ -53,7 +53,7 @@ from nodeagent.cluster.objects import (
 from nodeagent.cluster.scheduler.framework import PodInfo
 from nodeagent.cluster.scheduler.nodes import URL_ANNOTATION, NodeState, check_report, node_object
 from nodeagent.cluster.state import ClusterState
-from nodeagent.cluster.store.sqlite import AsyncStore, Store
+from nodeagent.cluster.store.sqlite import AsyncStore, SchedulerStore
 from nodeagent.cluster.store.writer import ProcessStore
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.model import parse_pod
@@ -66,7 +66,7 @@ from nodeagent.daemonkit.tasks import GuardedTasks
 log = structlog.get_logger(__name__)
 
 
-def build_scheduler(config: SchedulerConfig, *, store: Store | None = None, agents: Agents | None = None,
+def build_scheduler(config: SchedulerConfig, *, store: SchedulerStore | None = None, agents: Agents | None = None,
                     clock: Clock | None = None) -> SchedulerService:
     """Do the I/O the scheduler's wiring needs and wire it; OSError or ValueError (FieldError naming
     the key) when it cannot run on this config, before anything is started."""
@@ -89,7 +89,7 @@ class SchedulerService:
     `build_scheduler`); without `notifier` nothing is sent to systemd.
     """
 
-    def __init__(self, config: SchedulerConfig, *, store: Store | AsyncStore | ProcessStore | None = None,
+    def __init__(self, config: SchedulerConfig, *, store: SchedulerStore | AsyncStore | ProcessStore | None = None,
                  agents: Agents, clock: Clock | None = None, auth: Authenticator | None = None,
                  notifier: Notifier | None = None) -> None:
         self.config = config

@@ -27,7 +27,7 @@ from nodeagent.cluster.objects import PodRecord, agent_manifest, namespace_objec
 from nodeagent.cluster.scheduler.framework import Framework, PodInfo, ScoringConfig
 from nodeagent.cluster.scheduler.node_table import NOMINATED, NodeSpec, NodeTable
 from nodeagent.cluster.scheduler.nodes import NodeState, is_ready, node_spec
-from nodeagent.cluster.store.sqlite import Revisions, Snapshot
+from nodeagent.cluster.store.sqlite import Revisions, SchedulerSnapshot
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import parse_pod
 from nodeagent.core.quantity import Quantity
@@ -59,7 +59,7 @@ class ClusterState:
         self.foreign: dict[str, set[str]] = {}  # node -> table keys of static pods there
 
     # ---- loading -----------------------------------------------------------------------------
-    def load(self, snapshot: Snapshot, configured: Iterable[NodeEntry]) -> list[str]:
+    def load(self, snapshot: SchedulerSnapshot, configured: Iterable[NodeEntry]) -> list[str]:
         """Rebuild memory from the store; returns problems (objects that no longer parse)."""
         problems: list[str] = []
         now = self.clock.now()

@@ -40,7 +40,7 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class AuthorizationDecision:
     """An authorizer's answer; `reason` is the text kube-apiserver appends to its 403 message
     (and puts in SubjectAccessReview status.reason); `error` an evaluation error, if any."""
 
@@ -53,8 +53,8 @@ class Decision:
         return self.verdict is Verdict.ALLOW
 
 
-ALLOW = Decision(Verdict.ALLOW)
-NO_OPINION = Decision(Verdict.NO_OPINION)
+ALLOW = AuthorizationDecision(Verdict.ALLOW)
+NO_OPINION = AuthorizationDecision(Verdict.NO_OPINION)
 
 
 def _sanitize(text: str) -> str:

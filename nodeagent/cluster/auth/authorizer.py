@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, Decision, Verdict
+from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, AuthorizationDecision, Verdict
 from nodeagent.cluster.auth.node import NodeAuthorizer, NodeGraph
 from nodeagent.cluster.auth.rbac.index import RBACIndex
 from nodeagent.cluster.auth.user import SYSTEM_MASTERS
@@ -25,32 +25,32 @@ MODES = ("AlwaysAllow", "AlwaysDeny", "Node", "RBAC")
 class Authorizer(Protocol):
     """Decides one request from its Attributes; pure and in memory, safe on the event loop."""
 
-    def authorize(self, attrs: Attributes) -> Decision: ...
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision: ...
 
 
 class PrivilegedGroups:
     def __init__(self, groups: Sequence[str] = (SYSTEM_MASTERS,)) -> None:
         self.groups = frozenset(groups)
 
-    def authorize(self, attrs: Attributes) -> Decision:
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
         return ALLOW if self.groups.intersection(attrs.user.groups) else NO_OPINION
 
 
 class AlwaysAllow:
-    def authorize(self, attrs: Attributes) -> Decision:
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
         return ALLOW
 
 
 class AlwaysDeny:
-    def authorize(self, attrs: Attributes) -> Decision:
-        return Decision(Verdict.DENY)
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
+        return AuthorizationDecision(Verdict.DENY)
 
 
 class UnionAuthorizer:
     def __init__(self, authorizers: Sequence[Authorizer]) -> None:
         self.authorizers = tuple(authorizers)
 
-    def authorize(self, attrs: Attributes) -> Decision:
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
         reasons: list[str] = []
         errors: list[str] = []
         for a in self.authorizers:
@@ -61,7 +61,7 @@ class UnionAuthorizer:
                 reasons.append(d.reason)
             if d.error:
                 errors.append(d.error)
-        return Decision(Verdict.NO_OPINION, "\n".join(reasons), "; ".join(errors))
+        return AuthorizationDecision(Verdict.NO_OPINION, "\n".join(reasons), "; ".join(errors))
 
 
 def build_authorizer(modes: Sequence[str], rbac: RBACIndex | None = None,

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, Decision, Verdict
+from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, AuthorizationDecision, Verdict
 from nodeagent.cluster.auth.rbac.bootstrap import node_rules
 from nodeagent.cluster.auth.rbac.rules import parse_rules, rules_allow
 from nodeagent.cluster.auth.requestinfo import exact_field_value
@@ -53,8 +53,8 @@ def _list(obj: Mapping[str, Any], key: str) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _deny(reason: str = "") -> Decision:
-    return Decision(Verdict.NO_OPINION, reason)
+def _deny(reason: str = "") -> AuthorizationDecision:
+    return AuthorizationDecision(Verdict.NO_OPINION, reason)
 
 
 def _names(items: object, *path: str) -> Iterator[str]:
@@ -199,7 +199,7 @@ class NodeAuthorizer:
         self.graph = graph
         self._rules = parse_rules(node_rules())
 
-    def authorize(self, attrs: Attributes) -> Decision:
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
         node = node_identity(attrs.user)
         if node is None:
             return NO_OPINION
@@ -230,26 +230,26 @@ class NodeAuthorizer:
                 return self._csinode(node, attrs)
         return ALLOW if rules_allow(attrs, self._rules) else NO_OPINION
 
-    def _related(self, node: str, kind: str, attrs: Attributes) -> Decision:
+    def _related(self, node: str, kind: str, attrs: Attributes) -> AuthorizationDecision:
         if not attrs.name:
             return _deny("No Object name found")
         if self.graph.related(node, kind, attrs.namespace, attrs.name):
             return ALLOW
         return _deny(f"no relationship found between node '{node}' and this object")
 
-    def _status_update(self, node: str, kind: str, attrs: Attributes) -> Decision:
+    def _status_update(self, node: str, kind: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb not in ("update", "patch"):
             return _deny("can only get/update/patch this type")
         return self._related(node, kind, attrs)
 
-    def _get(self, node: str, kind: str, attrs: Attributes) -> Decision:
+    def _get(self, node: str, kind: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb != "get":
             return _deny("can only get individual resources of this type")
         if attrs.subresource:
             return _deny("cannot get subresource")
         return self._related(node, kind, attrs)
 
-    def _read_namespaced(self, node: str, kind: str, attrs: Attributes) -> Decision:
+    def _read_namespaced(self, node: str, kind: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb not in ("get", "list", "watch"):
             return _deny("can only read resources of this type")
         if attrs.subresource:
@@ -258,14 +258,14 @@ class NodeAuthorizer:
             return _deny("can only read namespaced object of this type")
         return self._related(node, kind, attrs)
 
-    def _create_token(self, node: str, attrs: Attributes) -> Decision:
+    def _create_token(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb != "create" or not attrs.name:
             return _deny("can only create tokens for individual service accounts")
         if attrs.subresource != "token":
             return _deny("can only create token subresource of serviceaccount")
         return self._related(node, SERVICE_ACCOUNT, attrs)
 
-    def _lease(self, node: str, attrs: Attributes) -> Decision:
+    def _lease(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb not in ("get", "create", "update", "patch", "delete"):
             return _deny("can only get, create, update, patch, or delete a node lease")
         if attrs.namespace != NODE_LEASE_NAMESPACE:
@@ -274,7 +274,7 @@ class NodeAuthorizer:
             return _deny("can only access node lease with the same name as the requesting node")
         return ALLOW
 
-    def _csinode(self, node: str, attrs: Attributes) -> Decision:
+    def _csinode(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         if attrs.verb not in ("get", "create", "update", "patch", "delete"):
             return _deny("can only get, create, update, patch, or delete a CSINode")
         if attrs.subresource:
@@ -283,7 +283,7 @@ class NodeAuthorizer:
             return _deny("can only access CSINode with the same name as the requesting node")
         return ALLOW
 
-    def _node(self, node: str, attrs: Attributes) -> Decision:
+    def _node(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         verb, sub = attrs.verb, attrs.subresource
         if sub == "" and verb == "create":
             return ALLOW  # the name is in the body: node_restriction
@@ -299,7 +299,7 @@ class NodeAuthorizer:
             return _deny(f"node '{node}' cannot read '{attrs.name}', only its own Node object")
         return NO_OPINION
 
-    def _pod(self, node: str, attrs: Attributes) -> Decision:
+    def _pod(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         verb, sub = attrs.verb, attrs.subresource
         if sub == "":
             if verb == "get":
@@ -321,7 +321,7 @@ class NodeAuthorizer:
             return self._bound(node, attrs, f'node "{node}" can only evict pods with spec.nodeName set to itself')
         return NO_OPINION
 
-    def _bound(self, node: str, attrs: Attributes, message: str) -> Decision:
+    def _bound(self, node: str, attrs: Attributes, message: str) -> AuthorizationDecision:
         if attrs.name and self.graph.node_of_pod(attrs.namespace, attrs.name) == node:
             return ALLOW
         return _deny(message)

@@ -102,7 +102,7 @@ class ContainerAction:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class ResizeDecision:
     outcome: Outcome
     reason: str = ""  # "Infeasible" | "Deferred" | "" (for PodResizePending)
     message: str = ""
@@ -123,7 +123,7 @@ def decide(
     qos: QOS | None = None,
     static_pod: bool = False,
     memory_usage: Mapping[str, int] | None = None,
-) -> Decision:
+) -> ResizeDecision:
     """The agent's answer to a resize (see the module docstring).
 
     `desired` is the pod spec's containers (and sidecars), `allocated` the agent's checkpoint, `others`
@@ -133,24 +133,24 @@ def decide(
     """
     by_name = {c.name: c for c in allocated}
     if all(c.name in by_name and not any(_changed(c, by_name[c.name], r) for r in RESIZABLE) for c in desired):
-        return Decision("none", allocated=tuple(allocated))
+        return ResizeDecision("none", allocated=tuple(allocated))
     keep = tuple(allocated)
     if static_pod:
-        return Decision("infeasible", "Infeasible", "In-place resize of static-pods is not supported", keep)
+        return ResizeDecision("infeasible", "Infeasible", "In-place resize of static-pods is not supported", keep)
     admitted_qos = qos or qos_class(allocated)
     if qos_class(desired) != admitted_qos:
-        return Decision("infeasible", "Infeasible", QOS_CHANGE_MESSAGE, keep)
+        return ResizeDecision("infeasible", "Infeasible", QOS_CHANGE_MESSAGE, keep)
     if admitted_qos == "Guaranteed":
         cpu_changes = any(c.name in by_name and _changed(c, by_name[c.name], "cpu") for c in desired)
         if node.static_cpu_manager and cpu_changes:
-            return Decision(
+            return ResizeDecision(
                 "infeasible",
                 "Infeasible",
                 'Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"',
                 keep,
             )
         if node.static_memory_manager:
-            return Decision(
+            return ResizeDecision(
                 "infeasible",
                 "Infeasible",
                 'Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"',
@@ -158,14 +158,14 @@ def decide(
             )
     cpu, memory = _sum(desired, "cpu"), _sum(desired, "memory")
     if memory > node.allocatable_memory:
-        return Decision(
+        return ResizeDecision(
             "infeasible",
             "Infeasible",
             f"Node didn't have enough capacity: memory, requested: {memory}, capacity: {node.allocatable_memory}",
             keep,
         )
     if cpu > node.allocatable_cpu:
-        return Decision(
+        return ResizeDecision(
             "infeasible",
             "Infeasible",
             f"Node didn't have enough capacity: cpu, requested: {cpu}, capacity: {node.allocatable_cpu}",
@@ -178,7 +178,7 @@ def decide(
         ("memory", memory, used_memory, node.allocatable_memory),
     ):
         if requested + used > capacity:
-            return Decision(
+            return ResizeDecision(
                 "deferred",
                 "Deferred",
                 f"Node didn't have enough resource: {resource}, requested: "
@@ -209,11 +209,11 @@ def decide(
             else {r: (c.requests.get(r), c.limits.get(r)) for r in changed if not (skipped and r == "memory")}
         )
         actions.append(ContainerAction(c.name, live, restart, skipped))
-    return Decision("accepted", allocated=tuple(desired), actions=tuple(actions))
+    return ResizeDecision("accepted", allocated=tuple(desired), actions=tuple(actions))
 
 
 def conditions(
-    decision: Decision | None,
+    decision: ResizeDecision | None,
     allocated: Sequence[Resources],
     actual: Sequence[Resources],
     now_rfc3339: str,

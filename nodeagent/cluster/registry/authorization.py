@@ -1,42 +1,22 @@
-"""Authorization as the registry and the HTTP layer ask for it (kube's authorizer.Attributes).
+"""Authorization as the registry asks for it: the auth room's Attributes, Authorizer and
+AuthorizationDecision (cluster/auth/attributes.py, cluster/auth/authorizer.py).
 
-The Authorizer protocol is what RBAC and the Node authorizer (cluster/auth/) implement; a server
-without authorization runs AlwaysAllow, kube-apiserver's `--authorization-mode=AlwaysAllow`.
+A registry given no authorizer runs AuthorizationOff, kube-apiserver's
+`--authorization-mode=AlwaysAllow` for a server without security: every request allowed, and an
+access review says why in its status.reason. (With `security` set, the API server answers the
+reviews with the auth room's chain before they reach the registry.)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from nodeagent.cluster.auth.attributes import Attributes, AuthorizationDecision, Verdict
+from nodeagent.cluster.auth.authorizer import Authorizer as Authorizer
+
+OFF = AuthorizationDecision(Verdict.ALLOW, "authorization is off (AlwaysAllow)")
 
 
-@dataclass(frozen=True, slots=True)
-class Attributes:
-    user: str
-    groups: tuple[str, ...]
-    verb: str
-    namespace: str = ""
-    api_group: str = ""
-    resource: str = ""
-    subresource: str = ""
-    name: str = ""
-    path: str = ""  # non-resource requests (/healthz, /version)
-    resource_request: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    allowed: bool
-    reason: str = ""
-    denied: bool = False  # an explicit deny (no later authorizer is asked)
-
-
-class Authorizer(Protocol):
-    async def authorize(self, attrs: Attributes) -> Decision: ...
-
-
-class AlwaysAllow:
+class AuthorizationOff:
     """Every request is allowed: the server runs without authorization (loopback, no authentication)."""
 
-    async def authorize(self, attrs: Attributes) -> Decision:
-        return Decision(True, "authorization is off (AlwaysAllow)")
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
+        return OFF

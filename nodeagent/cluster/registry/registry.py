@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from nodeagent.cluster.registry import errors
-from nodeagent.cluster.registry.authorization import AlwaysAllow, Authorizer
+from nodeagent.cluster.registry.authorization import AuthorizationOff, Authorizer
 from nodeagent.cluster.registry.catalog import Catalog, ResourceInfo
 from nodeagent.cluster.registry.codec import decode_kv
 from nodeagent.cluster.registry.kinds import BUILTIN, REVIEWS
@@ -30,7 +30,7 @@ class Registry:
                  rng: random.Random | None = None) -> None:
         self.store, self.clock = store, clock
         self.plugins = plugins or Plugins()
-        self.authorizer: Authorizer = authorizer or AlwaysAllow()
+        self.authorizer: Authorizer = authorizer or AuthorizationOff()
         self.catalog = Catalog()
         self.stores: dict[tuple[str, str, str], GenericStore] = {}
         self.reviews: dict[tuple[str, str, str], ReviewStore] = {}

@@ -1,7 +1,7 @@
 """The committed state both backends serve reads and watches from, in memory.
 
 The latest version of every key (Keyspace), the events of recent revisions (History), the watchers
-(WatchHub), the revision and the compacted revision. A backend calls `publish` once revisions are
+(PrefixWaiters), the revision and the compacted revision. A backend calls `publish` once revisions are
 durable; until then nothing here shows them. Reads at an old revision are rebuilt from the history
 when it reaches back that far, else asked of `older` (the SQLite log); the in-memory backend keeps
 all history since the last compaction, so it never needs `older`.
@@ -17,7 +17,7 @@ from typing import Protocol
 from nodeagent.cluster.storage.history import History
 from nodeagent.cluster.storage.interface import Compacted, Event, FutureRevision, KeyValue, RangeResult, StoreError
 from nodeagent.cluster.storage.keyspace import Keyspace, bounds
-from nodeagent.cluster.storage.watch import Watch, WatchHub
+from nodeagent.cluster.storage.watch import PrefixWaiters, Watch
 
 
 class OlderReads(Protocol):
@@ -37,7 +37,7 @@ class Mvcc:
                  older: OlderReads | None = None) -> None:
         self.keyspace = Keyspace()
         self._history = History(revision + 1)
-        self.hub = WatchHub()
+        self.hub = PrefixWaiters()
         self._revision = revision
         self._compacted = compacted
         self._history_size = history_size  # None: keep everything since the last compaction

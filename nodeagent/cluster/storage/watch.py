@@ -53,7 +53,9 @@ class _Group:
         self.revision = 0
 
 
-class WatchHub:
+class PrefixWaiters:
+    """The waiting watchers, grouped by prefix; a commit wakes the groups it has events for."""
+
     def __init__(self) -> None:
         self._waiting: dict[str, _Group] = {}
 
@@ -96,7 +98,7 @@ class Watch:
     An async iterator, not an async generator, so that cancelling a pending __anext__ (a timeout
     for a bookmark, say) keeps the watch where it was: the next __anext__ goes on from there."""
 
-    def __init__(self, source: Source, hub: WatchHub, prefix: str, start: int) -> None:
+    def __init__(self, source: Source, hub: PrefixWaiters, prefix: str, start: int) -> None:
         self._source = source
         self._hub = hub
         self._prefix = prefix

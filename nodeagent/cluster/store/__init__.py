@@ -1,4 +1,4 @@
-"""The control plane's store on disk: the Store protocol, SQLite behind it, and its writer process.
+"""The scheduler's store on disk: the SchedulerStore protocol, SQLite behind it, and its writer process.
 
 May import: core.
 """

@@ -1,11 +1,12 @@
-"""The scheduler's desired state on disk: a small Store protocol, SQLite behind it, async writers.
+"""The scheduler's desired state on disk: a small SchedulerStore protocol, SQLite behind it, async
+writers. (The `Scheduler` prefix tells these apart from the API server's storage, cluster/storage/.)
 
 The scheduler keeps every object in memory (it is the only writer) and writes each change
-through: `Store.apply(changes)` is one transaction, so a change (a pod with its binding, a quota,
-a cordon) is on disk whole or not at all. Objects are Kubernetes-shaped JSON documents keyed by
-(kind, key); `resourceVersion` is a cluster-wide revision counter, as in etcd, assigned by the
-caller in change order. An etcd-backed Store needs the same calls (`load`, `apply`, `apply_many`,
-`close`); nothing in the scheduling code touches SQL.
+through: `SchedulerStore.apply(changes)` is one transaction, so a change (a pod with its binding, a
+quota, a cordon) is on disk whole or not at all. Objects are Kubernetes-shaped JSON documents keyed
+by (kind, key); `resourceVersion` is a cluster-wide revision counter, as in etcd, assigned by the
+caller in change order. An etcd-backed SchedulerStore needs the same calls (`load`, `apply`,
+`apply_many`, `close`); nothing in the scheduling code touches SQL.
 
 SQLite: WAL journal, one connection, `synchronous=NORMAL` by default: a commit is in the WAL file
 (the OS has it) before its future resolves, so a killed scheduler (SIGKILL, OOM) loses nothing;
@@ -14,7 +15,8 @@ fsyncs each commit as well. A single-object change is one statement (its own imp
 transaction); a change of several objects is BEGIN IMMEDIATE ... COMMIT.
 
 Off the event loop: the scheduler hands its writes to a child process (writer.py, ProcessStore);
-`AsyncStore` does the same with a thread of this process (tests, other Store implementations).
+`AsyncStore` does the same with a thread of this process (tests, other SchedulerStore
+implementations).
 Both queue the writes of one event-loop turn and hand them over together, in order; callers await
 a write's future only where they must answer after it (an API create), and go on otherwise.
 """
@@ -35,12 +37,12 @@ import structlog
 log = structlog.get_logger(__name__)
 
 Object = dict[str, Any]
-Snapshot = dict[str, dict[str, Object]]  # kind -> key -> object
+SchedulerSnapshot = dict[str, dict[str, Object]]  # kind -> key -> object
 KINDS = ("namespaces", "pods", "priorityclasses", "resourcequotas", "nodes")
 
 
 @dataclass(frozen=True, slots=True)
-class Put:
+class SchedulerPut:
     kind: str
     key: str
     data: str  # the object as JSON, encoded when the change was made
@@ -54,11 +56,11 @@ class Delete:
     revision: int
 
 
-Change = Put | Delete
+Change = SchedulerPut | Delete
 
 
-class Store(Protocol):
-    def load(self) -> tuple[Snapshot, int]:
+class SchedulerStore(Protocol):
+    def load(self) -> tuple[SchedulerSnapshot, int]:
         """Every object by kind and key, and the last revision written."""
         ...
 
@@ -86,8 +88,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) 
 _UPSERT = "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?)"
 
 
-class SqliteStore:
-    """The default Store: one SQLite file in WAL mode. Use from one thread at a time."""
+class SchedulerSqliteStore:
+    """The default SchedulerStore: one SQLite file in WAL mode. Use from one thread at a time."""
 
     def __init__(self, path: str, sync: str = "normal") -> None:
         if sync not in ("normal", "full"):
@@ -103,8 +105,8 @@ class SqliteStore:
         self._db.executescript(_SCHEMA)
         os.chmod(path, 0o600)
 
-    def load(self) -> tuple[Snapshot, int]:
-        out: Snapshot = {kind: {} for kind in KINDS}
+    def load(self) -> tuple[SchedulerSnapshot, int]:
+        out: SchedulerSnapshot = {kind: {} for kind in KINDS}
         top = 0
         for kind, key, revision, data in self._db.execute("SELECT kind, key, revision, data FROM objects"):
             out.setdefault(kind, {})[key] = json.loads(data)
@@ -118,14 +120,14 @@ class SqliteStore:
         if not changes:
             return
         db = self._db
-        if len(changes) == 1 and isinstance(changes[0], Put):  # the common case: one statement,
+        if len(changes) == 1 and isinstance(changes[0], SchedulerPut):  # the common case: one statement,
             c = changes[0]                                      # its own implicit transaction
             db.execute(_UPSERT, (c.kind, c.key, c.revision, c.data))
             return
         db.execute("BEGIN IMMEDIATE")
         try:
             for change in changes:
-                if isinstance(change, Put):
+                if isinstance(change, SchedulerPut):
                     db.execute(_UPSERT, (change.kind, change.key, change.revision, change.data))
                 else:
                     db.execute("DELETE FROM objects WHERE kind = ? AND key = ?", (change.kind, change.key))
@@ -145,11 +147,11 @@ class SqliteStore:
         i = 0
         while i < len(batch):
             j = i
-            while j < len(batch) and len(batch[j]) == 1 and isinstance(batch[j][0], Put):
+            while j < len(batch) and len(batch[j]) == 1 and isinstance(batch[j][0], SchedulerPut):
                 j += 1
             if j - i > 1:
                 rows = [(c.kind, c.key, c.revision, c.data) for changes in batch[i:j] for c in changes
-                        if isinstance(c, Put)]
+                        if isinstance(c, SchedulerPut)]
                 try:
                     self._db.executemany(_UPSERT, rows)
                     out += [None] * (j - i)
@@ -173,21 +175,21 @@ def _error_of(apply: Callable[[Sequence[Change]], None], changes: Sequence[Chang
     return None
 
 
-class MemoryStore:
-    """A Store that keeps nothing on disk (unit tests, the benchmark's store-less baseline)."""
+class SchedulerMemoryStore:
+    """A SchedulerStore that keeps nothing on disk (unit tests, the benchmark's store-less baseline)."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self.revision = 0
         self.transactions = 0
 
-    def load(self) -> tuple[Snapshot, int]:
+    def load(self) -> tuple[SchedulerSnapshot, int]:
         return {k: {key: json.loads(v) for key, v in b.items()} for k, b in self.objects.items()}, self.revision
 
     def apply(self, changes: Sequence[Change]) -> None:
         for c in changes:
             bucket = self.objects.setdefault(c.kind, {})
-            if isinstance(c, Put):
+            if isinstance(c, SchedulerPut):
                 bucket[c.key] = c.data  # decoded by load(): the writer thread stays cheap
             else:
                 bucket.pop(c.key, None)
@@ -226,7 +228,7 @@ class Revisions:
         """Stamp obj's resourceVersion and queue its write; the future ends when it is on disk."""
         rev = self.next_revision()
         obj.setdefault("metadata", {})["resourceVersion"] = str(rev)
-        return self.submit([Put(kind, key, encode(obj), rev)])
+        return self.submit([SchedulerPut(kind, key, encode(obj), rev)])
 
     def delete(self, kind: str, key: str) -> asyncio.Future[None]:
         return self.submit([Delete(kind, key, self.next_revision())])
@@ -260,15 +262,16 @@ class Revisions:
 
 
 class AsyncStore(Revisions):
-    """Any Store, its writes on one thread of this process (tests use it with MemoryStore; the
-    scheduler runs SQLite in a process of its own instead, see writer.py for why)."""
+    """Any SchedulerStore, its writes on one thread of this process (tests use it with a
+    SchedulerMemoryStore; the scheduler runs SQLite in a process of its own instead, see writer.py
+    for why)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: SchedulerStore) -> None:
         super().__init__()
         self.store = store
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
 
-    def load(self) -> Snapshot:
+    def load(self) -> SchedulerSnapshot:
         """Read everything (once, at start, before any write)."""
         snapshot, self.revision = self.store.load()
         return snapshot
@@ -308,3 +311,9 @@ class AsyncStore(Revisions):
     async def aclose(self) -> None:
         await self.flush()
         self.close()
+
+
+# The names before the Scheduler prefix, for bench/scheduler_bench.py only (outside this package's
+# owners' rooms at the time of the rename); switch it to the new names, then delete these two.
+MemoryStore = SchedulerMemoryStore
+SqliteStore = SchedulerSqliteStore

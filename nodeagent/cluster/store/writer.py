@@ -9,7 +9,7 @@ and brings back the in-memory figures (see bench/scheduler_bench.py).
 
 Protocol (stdin/stdout pipes): the parent sends one frame per turn of its event loop, holding
 every transaction queued in that turn; the child applies them in order, each its own transaction
-(SqliteStore.apply_many), and answers one JSON line per frame, {"<index>": "<error>"} for the
+(SchedulerSqliteStore.apply_many), and answers one JSON line per frame, {"<index>": "<error>"} for the
 transactions that failed ({} when all committed). The child holds an flock on `<db>.writer.lock`
 while it runs: a scheduler restarted after a SIGKILL waits for its predecessor's writer to finish
 the frames it already had before it reads the database. The child ignores SIGINT/SIGTERM and exits
@@ -30,7 +30,14 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from nodeagent.cluster.store.sqlite import Change, Delete, Put, Revisions, Snapshot, SqliteStore
+from nodeagent.cluster.store.sqlite import (
+    Change,
+    Delete,
+    Revisions,
+    SchedulerPut,
+    SchedulerSnapshot,
+    SchedulerSqliteStore,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -45,9 +52,9 @@ def encode_frame(batch: Sequence[Sequence[Change]]) -> bytes:
         parts.append(_TX.pack(len(changes)))
         for c in changes:
             kind, key = c.kind.encode(), c.key.encode()
-            data = c.data.encode() if isinstance(c, Put) else b""
-            parts += [_CHANGE.pack(b"P" if isinstance(c, Put) else b"D", c.revision, len(kind), len(key), len(data)),
-                      kind, key, data]
+            put = isinstance(c, SchedulerPut)
+            data = c.data.encode() if isinstance(c, SchedulerPut) else b""
+            parts += [_CHANGE.pack(b"P" if put else b"D", c.revision, len(kind), len(key), len(data)), kind, key, data]
     body = b"".join(parts)
     return _TX.pack(len(body)) + body
 
@@ -65,7 +72,7 @@ def decode_frame(body: bytes) -> list[list[Change]]:
             key = body[pos + lk:pos + lk + lkey].decode()
             data = body[pos + lk + lkey:pos + lk + lkey + ld].decode()
             pos += lk + lkey + ld
-            changes.append(Put(kind, key, data, rev) if op == b"P" else Delete(kind, key, rev))
+            changes.append(SchedulerPut(kind, key, data, rev) if op == b"P" else Delete(kind, key, rev))
         batch.append(changes)
     return batch
 
@@ -85,7 +92,7 @@ def child_main(db: str, sync: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     lock = _lock(db, blocking=True)
-    store = SqliteStore(db, sync)
+    store = SchedulerSqliteStore(db, sync)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     try:
         while True:
@@ -118,10 +125,10 @@ class ProcessStore(Revisions):
     @classmethod
     def open(cls, path: str, sync: str = "normal", on_failure: Callable[[str], None] | None = None) -> ProcessStore:
         """Create the database file and check its settings now (OSError when unusable), then wire."""
-        SqliteStore(path, sync).close()
+        SchedulerSqliteStore(path, sync).close()
         return cls(path, sync, on_failure)
 
-    def load(self) -> Snapshot:
+    def load(self) -> SchedulerSnapshot:
         """Wait for a previous writer of this file to finish, then read everything."""
         fd = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -137,7 +144,7 @@ class ProcessStore(Revisions):
                     import time
                     time.sleep(0.05)
                     deadline -= 0.05
-            store = SqliteStore(self.path, self.sync)
+            store = SchedulerSqliteStore(self.path, self.sync)
             try:
                 snapshot, self.revision = store.load()
             finally:

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, Decision, Verdict
+from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, AuthorizationDecision, Verdict
 from nodeagent.cluster.auth.rbac.rules import PolicyRule, parse_rules
 from nodeagent.cluster.auth.user import UserInfo, split_service_account_username
 from nodeagent.core.errors import FieldError
@@ -438,20 +438,20 @@ class RBACIndex:
         self._cache[key] = result
         return result
 
-    def authorize(self, attrs: Attributes) -> Decision:
+    def authorize(self, attrs: Attributes) -> AuthorizationDecision:
         resolved = self.resolve(attrs.user, attrs.namespace)
         if attrs.resource_request:
             for rule, source in resolved.resource_candidates(attrs.verb, attrs.api_group):
                 if rule.resource_matches(attrs.resource, attrs.subresource) and rule.name_matches(attrs.name):
-                    return Decision(Verdict.ALLOW, f"RBAC: allowed by {source}")
+                    return AuthorizationDecision(Verdict.ALLOW, f"RBAC: allowed by {source}")
         else:
             for rule, source in resolved.url_candidates(attrs.verb):
                 if rule.url_matches(attrs.path):
-                    return Decision(Verdict.ALLOW, f"RBAC: allowed by {source}")
+                    return AuthorizationDecision(Verdict.ALLOW, f"RBAC: allowed by {source}")
         if resolved.errors:
             errs = list(dict.fromkeys(resolved.errors))
             text = errs[0] if len(errs) == 1 else "[" + ", ".join(errs) + "]"
-            return Decision(Verdict.NO_OPINION, f"RBAC: {text}")
+            return AuthorizationDecision(Verdict.NO_OPINION, f"RBAC: {text}")
         return NO_OPINION
 
     def rules_for(self, user: UserInfo, namespace: str) -> tuple[list[PolicyRule], list[str]]:

@@ -81,7 +81,7 @@ def ramp(start: float, end: float, t0: int, t1: int, duration: int = 900, noise:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class ScaleChange:
     t: float  # seconds since the trace began
     before: int
     after: int
@@ -91,7 +91,7 @@ class Decision:
 class RunResult:
     trace: str
     pipeline: str
-    decisions: tuple[Decision, ...]
+    decisions: tuple[ScaleChange, ...]
     replicas_timeline: tuple[int, ...]  # replicas at the end of each second
     first_scale_up_latency: float | None  # seconds from trace.step_at to the first scale-up decision
 
@@ -244,7 +244,7 @@ def run(
     window = SampleWindow(capacity=64)
     scraped: dict[str, list[tuple[float, int]]] = {}  # metrics-server: the last two scrapes per pod
     served: dict[str, PodMetric] = {}
-    decisions: list[Decision] = []
+    decisions: list[ScaleChange] = []
     timeline: list[int] = []
     replicas = initial
     for second in range(trace.duration):
@@ -284,7 +284,7 @@ def run(
             history = out.history
             hpa["status"] = out.status
             if out.rescale:
-                decisions.append(Decision(now, replicas, out.desired_replicas))
+                decisions.append(ScaleChange(now, replicas, out.desired_replicas))
                 replicas = out.desired_replicas
                 world.resize(replicas, now)
         timeline.append(replicas)

@@ -18,7 +18,7 @@ DENIED = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class EvictionVerdict:
     allowed: bool
     status: dict[str, Any] | None = None  # metav1.Status to answer when not allowed
     pdb_update: dict[str, Any] | None = None  # the PDB (with its resourceVersion) to write before deleting
@@ -62,12 +62,14 @@ def denied_message(pdb: Mapping[str, Any]) -> str:
     return f"The disruption budget {name(pdb)} does not allow evicting pods currently"
 
 
-def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: float, dry_run: bool = False) -> Decision:
+def decide(
+    pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: float, dry_run: bool = False
+) -> EvictionVerdict:
     if phase(pod) in ("Succeeded", "Failed", "Pending") or being_deleted(pod):
-        return Decision(True, disruption_target=phase(pod) not in ("Succeeded", "Failed"))
+        return EvictionVerdict(True, disruption_target=phase(pod) not in ("Succeeded", "Failed"))
     matching = [b for b in pdbs if matching_pods(b, [pod])]
     if len(matching) > 1:
-        return Decision(
+        return EvictionVerdict(
             False,
             {
                 "kind": "Status",
@@ -79,19 +81,19 @@ def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: fl
             },
         )
     if not matching:
-        return Decision(True)
+        return EvictionVerdict(True)
     pdb = matching[0]
     st = status(pdb)
     if not is_ready(pod):
         if (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow":
-            return Decision(True)
+            return EvictionVerdict(True)
         if (
             int(st.get("currentHealthy") or 0) >= int(st.get("desiredHealthy") or 0)
             and int(st.get("desiredHealthy") or 0) > 0
         ):
-            return Decision(True)
+            return EvictionVerdict(True)
     if int(st.get("observedGeneration") or 0) < generation(pdb):
-        return Decision(
+        return EvictionVerdict(
             False,
             _status(
                 429,
@@ -109,7 +111,7 @@ def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: fl
         )
     allowed = int(st.get("disruptionsAllowed") or 0)
     if allowed < 0:
-        return Decision(
+        return EvictionVerdict(
             False,
             _status(
                 403,
@@ -119,7 +121,7 @@ def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: fl
             ),
         )
     if len(st.get("disruptedPods") or {}) > MAX_DISRUPTED_POD_SIZE:
-        return Decision(
+        return EvictionVerdict(
             False,
             _status(
                 403,
@@ -130,7 +132,7 @@ def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: fl
             ),
         )
     if allowed == 0:
-        return Decision(
+        return EvictionVerdict(
             False,
             _status(
                 429,
@@ -141,11 +143,11 @@ def decide(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]], *, now: fl
             ),
         )
     if dry_run:
-        return Decision(True)
+        return EvictionVerdict(True)
     new = copy.deepcopy(dict(pdb))
     nst = new.setdefault("status", {})
     nst["disruptionsAllowed"] = allowed - 1
     if allowed - 1 == 0:
         nst["conditions"] = disruption_allowed_condition(nst, now)
     nst["disruptedPods"] = {**(nst.get("disruptedPods") or {}), name(pod): format_time(now)}
-    return Decision(True, pdb_update=new)
+    return EvictionVerdict(True, pdb_update=new)

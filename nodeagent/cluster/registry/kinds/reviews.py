@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar
 
+from nodeagent.cluster.auth.attributes import Attributes, Verdict
+from nodeagent.cluster.auth.user import UserInfo
 from nodeagent.cluster.registry import errors
-from nodeagent.cluster.registry.authorization import Attributes, Authorizer
+from nodeagent.cluster.registry.authorization import Authorizer
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.options import Context
 from nodeagent.cluster.registry.strategy import Obj, Strategy
@@ -59,15 +61,17 @@ class ReviewStore:
                     "spec.user", "Invalid value: at least one of user or group must be specified")])
         else:
             user, groups = ctx.user, ctx.groups
+        who = UserInfo(user, groups=groups)
         if isinstance(ra, dict):
-            attrs = Attributes(user, groups, _str(ra.get("verb")), _str(ra.get("namespace")), _str(ra.get("group")),
-                               _str(ra.get("resource")), _str(ra.get("subresource")), _str(ra.get("name")))
+            attrs = Attributes(who, _str(ra.get("verb")), namespace=_str(ra.get("namespace")),
+                               api_group=_str(ra.get("group")), resource=_str(ra.get("resource")),
+                               subresource=_str(ra.get("subresource")), name=_str(ra.get("name")))
         else:
             assert isinstance(nra, dict)
-            attrs = Attributes(user, groups, _str(nra.get("verb")), path=_str(nra.get("path")), resource_request=False)
-        decision = await self.authorizer.authorize(attrs)
+            attrs = Attributes(who, _str(nra.get("verb")), resource_request=False, path=_str(nra.get("path")))
+        decision = self.authorizer.authorize(attrs)
         status: dict[str, Any] = {"allowed": decision.allowed}
-        if decision.denied:
+        if decision.verdict is Verdict.DENY:
             status["denied"] = True
         if decision.reason:
             status["reason"] = decision.reason
