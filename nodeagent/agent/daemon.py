@@ -57,6 +57,7 @@ from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.agent.pods.worker import PodEnv
 from nodeagent.agent.stats.sampler import Sampler
 from nodeagent.core.clock import Clock, SystemClock
+from nodeagent.core.downward import NodeFacts as DownwardFacts
 from nodeagent.core.errors import FieldError
 from nodeagent.daemonkit import stackdump
 from nodeagent.daemonkit.auth import (
@@ -133,11 +134,11 @@ class Agent:
         allocatable = facts.allocatable
         enforced_memory = allocatable.enforced_memory
         # ---- act: pods, eviction ----
+        self.events = EventRecorder(clock, facts.name)
         env = PodEnv(driver=driver, state_dir=config.state_dir, memory_capacity=facts.capacity.memory,
-                     clock=clock, steps=self.steps)
+                     clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
                                enforced_allocatable=allocatable.enforced_limits, max_pods=config.max_pods)
-        self.events = EventRecorder(clock, facts.name)
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,
                                      config.imagefs_path or config.nodefs_path or config.state_dir,
                                      enforced_memory, clock.now)
@@ -171,6 +172,14 @@ class Agent:
         self.runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
 
+    def downward_facts(self) -> DownwardFacts:
+        """What a pod's env reads of the node (valueFrom fieldRef / resourceFieldRef), at its plan:
+        its name, its InternalIPs (also the pods' IPs: host processes share the node's network)
+        and the allocatable a container without a limit reads."""
+        ips = tuple(a["address"] for a in self.reporter.addresses if a.get("type") == "InternalIP")
+        return DownwardFacts(node_name=self.facts.name, host_ips=ips, pod_ips=ips,
+                             allocatable=self.allocatable.allocatable)
+
     def status_line(self) -> str:
         """One line for `systemctl status` (sd_notify STATUS=)."""
         running = sum(1 for w in self.pods.pods.values() if w.running)
@@ -184,9 +193,9 @@ class Agent:
         adj = set_own_oom_score_adj()
         self.notifier.status("restoring pods from checkpoints")
         self.pods.setup_cgroups()
+        await self.reporter.start()  # the node's addresses, before any pod's env is resolved
         for problem in await self.pods.restore():
             log.error("restore_problem", problem=problem)
-        await self.reporter.start()
         self.eviction.observe_now()
         await self.wakeups.start()
         await self.static.sync()

@@ -26,13 +26,20 @@ class EventRecorder:
         self._seq = itertools.count(1)
 
     def record(self, reason: str, message: str, *, kind: str = "Pod", namespace: str = "",
-               name: str = "", uid: str = "", type_: str = "Warning", **context: Any) -> dict[str, Any]:
-        """Add one event and log it as `event_recorded reason=... object=ns/name ...`."""
+               name: str = "", uid: str = "", type_: str = "Warning", field_path: str = "",
+               **context: Any) -> dict[str, Any]:
+        """Add one event and log it as `event_recorded reason=... object=ns/name ...`.
+
+        `field_path`: the part of the object it is about, e.g. `spec.containers{app}` (a probe's,
+        a hook's events), as involvedObject.fieldPath."""
         now = rfc3339(self.clock.wall())
+        involved = {"kind": kind, "namespace": namespace, "name": name, "uid": uid}
+        if field_path:
+            involved["fieldPath"] = field_path
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{name or self.node_name}.{next(self._seq)}", "namespace": namespace},
-            "involvedObject": {"kind": kind, "namespace": namespace, "name": name, "uid": uid},
+            "involvedObject": involved,
             "reason": reason, "message": message, "type": type_,
             "source": {"component": "nodeagent", "host": self.node_name},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,

@@ -1,9 +1,35 @@
 """PodWorker: one admitted pod on this node: its cgroups, its container workers, its status.
 
 The worker owns the pod's cgroup subtree (`kubepods/<qos>/pod<uid>/<container>`) and one
-ContainerWorker per container, both made from the pod's plan (plan.py): it creates what the plan
-says and derives nothing from the manifest itself. It reports every container state change to
-`on_change`, so the manager can checkpoint it, and answers the Kubernetes-shaped status of the pod.
+ContainerWorker per container (init containers included), both made from the pod's plan
+(plan.py): it creates what the plan says and derives nothing from the manifest itself. It reports
+every container state change to `on_change`, so the manager can checkpoint it, and answers the
+Kubernetes-shaped status of the pod.
+
+Around the processes, as the kubelet's pod worker:
+- Order (lifecycle/init_sequence.py): init containers run one after the other to completion,
+  sidecars (restartPolicy: Always init containers) are started in order and kept running (the
+  next one waits until the sidecar has started: its startup probe, and its postStart hook), then
+  every app container starts. A regular init container that fails is retried by its supervisor
+  with back-off, or fails the pod under restartPolicy Never. Sidecars are stopped once the app
+  containers are done. Decisions are re-taken (once per loop turn) whenever a container or a
+  probe result moves.
+- Probes (probes/pod_probes.py): liveness, readiness and startup runners for every app container
+  and sidecar, on the event loop; readiness and startup give each container's `ready` and
+  `started` and the pod's Initialized / Ready / ContainersReady conditions; a liveness (or
+  startup) failure restarts the container: preStop, SIGTERM, the grace period (the probe's
+  terminationGracePeriodSeconds or the pod's), SIGKILL; its supervisor then applies the restart
+  policy and back-off to that exit. Events (Unhealthy, Killing, ...) go to the EventRecorder.
+- Hooks (lifecycle/hooks.py): postStart after every start of a container (a failure is the
+  event FailedPostStartHook and kills the container as a liveness failure does); preStop before
+  the SIGTERM of any stop, counting against the grace period (FailedPreStopHook on failure).
+- Termination messages (lifecycle/termination_message.py): read when an exit is seen and shown
+  as state.terminated.message / lastState.terminated.message (and kept in the checkpoint).
+A postStart hook is not run again for a container adopted after an agent restart; probes start
+again for adopted containers, their first runs spread over one period.
+
+Restart: containers with a record (or a process found in their cgroup) are resumed, the others
+are left to the order above, so an init container whose success is recorded is not run again.
 
 Progress, for the watchdog (daemonkit/progress.py): removing the pod's cgroups after a stop is a
 step bounded by REMOVE_STEP_S; the containers' own steps are the runtime's (supervisor.py).
@@ -13,24 +39,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+import random
+import signal
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
 
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
+from nodeagent.agent.lifecycle.hooks import HookRunner, HookTarget
+from nodeagent.agent.lifecycle.init_sequence import InitSteps, next_steps, waiting_for
+from nodeagent.agent.lifecycle.phase import pod_phase
+from nodeagent.agent.lifecycle.termination_message import termination_message
+from nodeagent.agent.node.procfs import is_same_process
 from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, Deletion, PodCheckpoint
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
+from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.probes.http_probe import HttpProber
+from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
+from nodeagent.agent.probes.readiness import Condition
+from nodeagent.agent.probes.state import Event
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import find_container_process
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
-from nodeagent.agent.runtime.state import ContainerStatus, Terminated, pod_phase
+from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated, Waiting
 from nodeagent.agent.runtime.supervisor import ContainerWorker
 from nodeagent.core.clock import Clock
+from nodeagent.core.downward import REASON_CONFIG_ERROR, NodeFacts
 from nodeagent.core.model import Pod
 from nodeagent.core.timefmt import parse_rfc3339, rfc3339
 from nodeagent.daemonkit.progress import Steps
@@ -40,6 +81,9 @@ log = structlog.get_logger(__name__)
 
 
 REMOVE_STEP_S = 30.0  # kill + rmdir of a stopped pod's cgroups: each bounded by the driver's 5 s timeouts
+REASON_POD_INITIALIZING = "PodInitializing"  # a container not created yet in a pod with init containers
+REASON_CREATING = "ContainerCreating"
+REASON_FAILED = "Failed"  # the event of a container that cannot be configured
 
 
 @dataclass(frozen=True)
@@ -53,11 +97,14 @@ class PodEnv:
     backoff_factory: Callable[[], CrashBackoff] | None = None
     clamp_oom_score_adj: Callable[[int], int] = clamp_oom_score_adj
     steps: Steps | None = None  # where workers report the steps the watchdog bounds (None: nowhere)
+    events: EventRecorder | None = None  # where probes and hooks record their events (None: logged only)
+    node_facts: Callable[[], NodeFacts] = NodeFacts  # what the downward API reads of the node, at each plan
+    http: HttpProber = field(default_factory=HttpProber)  # httpGet probes and hooks
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
         return plan_pod(pod, state_dir=self.state_dir, memory_capacity=self.memory_capacity,
-                        clamp_oom_score_adj=self.clamp_oom_score_adj)
+                        clamp_oom_score_adj=self.clamp_oom_score_adj, node=self.node_facts())
 
 
 def terminated_from_dict(data: Any) -> Terminated | None:
@@ -75,21 +122,28 @@ def terminated_from_dict(data: Any) -> Terminated | None:
         return None
 
 
-def _container_record(name: str, w: ContainerWorker, clock: Clock) -> ContainerCheckpoint:
+def _container_record(name: str, w: ContainerWorker, clock: Clock,
+                      shown: Callable[[Terminated], Terminated] = lambda t: t) -> ContainerCheckpoint:
     """pid + start time while running; the exit the restart policy decides on under "current" once
     it exited (done, or waiting out its back-off), so a completed container is not run again and a
-    crash-looping one keeps its count and back-off after an agent restart."""
+    crash-looping one keeps its count and back-off after an agent restart. `shown`: the exit as
+    reported (with its termination message)."""
     st = w.status
-    saved: dict[str, Any] = dict(st.last_state.to_dict()) if st.last_state else {}
+    saved: dict[str, Any] = dict(shown(st.last_state).to_dict()) if st.last_state else {}
     current = w.last_exit if w.pid is None else None
     if current is None and w.pid is None and isinstance(st.state, Terminated):
         current = st.state
     if current is not None:
-        saved["current"] = current.to_dict()
+        saved["current"] = shown(current).to_dict()
     snap = w.backoff.snapshot()  # (delay, last restart on the monotonic scale) -> wall time, which a file keeps
     backoff = (snap[0], clock.wall() - (clock.now() - snap[1])) if snap else None
     return ContainerCheckpoint(name=name, pid=w.pid, start_time=w.start_time,
                                restart_count=st.restart_count, last_state=saved, backoff=backoff)
+
+
+def field_path(c: ContainerPlan) -> str:
+    """involvedObject.fieldPath of a container's events."""
+    return f"spec.{'initContainers' if c.init else 'containers'}{{{c.name}}}"
 
 
 class PodWorker:
@@ -97,9 +151,11 @@ class PodWorker:
         self.plan = plan
         self.env = env
         self._on_change = on_change
-        self.workers: dict[str, ContainerWorker] = {}
+        self.workers: dict[str, ContainerWorker] = {}  # every container created so far, init containers too
         self._tasks: dict[str, asyncio.Task[Terminated | None]] = {}
+        self._spare: dict[str, ContainerWorker] = {}  # resumed from a record with nothing to adopt: started in turn
         self._guard = GuardedTasks(f"pod {plan.pod.key}")
+        self._side: set[asyncio.Task[Any]] = set()  # hooks and probe-driven kills in flight
         self.start_time: float = env.clock.wall()
         self.deletion_time: float | None = None
         self.reason: str | None = None
@@ -107,6 +163,20 @@ class PodWorker:
         self.terminal = False  # stopped for good (deleted or evicted): containers won't restart
         self.deletion: Deletion | None = None  # the recorded termination, carried on after a restart
         self.started = False
+        self.probes: PodProbes | None = None
+        self.hooks = HookRunner(env.http, clock=env.clock)
+        self.conditions: list[Condition] = []
+        self._hooked: dict[str, str] = {}  # container -> the container ID its postStart ran for (or adopted)
+        self._hook_running: set[str] = set()
+        self._killing: set[str] = set()
+        self._stopping: set[str] = set()  # sidecars stopped by the sequence
+        self._messages: dict[str, dict[str, str]] = {}  # container -> {container ID: termination message}
+        self._exec_targets: dict[str, ExecTarget] = {}
+        self._reported: set[str] = set()  # containers whose config error was recorded as an event
+        self._restoring = False
+        self._kicked = False
+        self._detached = False
+        self._init_failed: str | None = None
         self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
 
     @property
@@ -115,20 +185,28 @@ class PodWorker:
 
     # ---- lifecycle ----
     def create_cgroups(self) -> None:
-        """Pod cgroup, then one child per container, each with its limits (idempotent)."""
+        """Pod cgroup, then one child per container (init containers too), each with its limits (idempotent)."""
         driver = self.env.driver
         driver.create(self.plan.cgroup_path, self.plan.cgroup_spec)
-        for c in self.plan.containers:
+        for c in self.plan.all_containers:
             driver.create(c.cgroup_path, c.cgroup_spec)
 
     def _container_worker(self, c: ContainerPlan) -> ContainerWorker:
         logs.prepare_log_dir(c.config.log_dir)
         backoff = self.env.backoff_factory() if self.env.backoff_factory else None
-        return ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
-                               backoff=backoff, on_change=lambda _s: self._on_change(self), steps=self.env.steps)
+        worker: ContainerWorker | None = None
+
+        def changed(status: ContainerStatus) -> None:
+            if worker is not None:
+                self._container_changed(c, worker, status)
+
+        worker = ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
+                                 backoff=backoff, on_change=changed, steps=self.env.steps)
+        return worker
 
     def start(self, record: PodCheckpoint | None = None, shims: dict[str, int] | None = None) -> None:
-        """Create cgroups and start (or, from a checkpoint record, re-adopt) every container.
+        """Create cgroups, re-adopt what a checkpoint record names, start the probes and whatever
+        container is due (init containers first).
 
         From a record, a container whose recorded process is gone is looked for in its cgroup
         (and among `shims`, adoption.scan_shims) before anything is started: it may have been
@@ -139,20 +217,38 @@ class PodWorker:
             self.deletion = record.deletion
             self.terminal = True
             self.reason, self.message = record.deletion.reason, record.deletion.message
-        for c in self.plan.containers:
-            worker = self._container_worker(c)
-            self.workers[c.name] = worker
-            if self.terminal:
-                worker.hold()
-            if record is not None:  # a container the record does not name yet may have been spawned
-                saved = record.container(c.name) or ContainerCheckpoint(c.name)
-                self._resume(worker, c, saved, shims or {})
-            # a bug in one container's loop is logged by the guard and must not take the agent down
-            self._tasks[c.name] = self._guard.start(self._run(worker), name=f"container:{self.pod.key}/{c.name}")
+        self.probes = PodProbes(
+            self.pod, ProbeContext(self.env.http, exec_target=self.exec_target),
+            status=self._status_of, deleting=lambda: self.terminal, on_event=self._probe_event,
+            on_kill=self._probe_kill, on_change=self._kick, clock=self.env.clock,
+            terminal=lambda: self.terminal and not self.running,
+            spread=random.Random() if record is not None else None)
+        if record is not None:
+            self._restoring = True
+            try:
+                for c in self.plan.all_containers:
+                    if c.config_error is not None:
+                        continue
+                    worker = self._container_worker(c)
+                    if self.terminal:
+                        worker.hold()
+                    saved = record.container(c.name) or ContainerCheckpoint(c.name)
+                    if self._resume(worker, c, saved, shims or {}):
+                        self.workers[c.name] = worker
+                    elif not self.terminal:
+                        self._spare[c.name] = worker
+            finally:
+                self._restoring = False
+            for name, worker in self.workers.items():
+                # a bug in one container's loop is logged by the guard and must not take the agent down
+                self._tasks[name] = self._guard.start(self._run(worker), name=f"container:{self.pod.key}/{name}")
+        self.probes.start(lambda coro, name: self._guard.start(coro, name=name))
+        self._advance()
 
     def _resume(self, worker: ContainerWorker, c: ContainerPlan, saved: ContainerCheckpoint,
-                shims: dict[str, int]) -> None:
-        """Adopt the container's process (recorded, or found in its cgroup) or resume its last exit."""
+                shims: dict[str, int]) -> bool:
+        """Adopt the container's process (recorded, or found in its cgroup) or resume its last exit;
+        False when there is nothing to resume (it never ran: it starts in its turn)."""
         if saved.backoff is not None:
             delay, at_wall = saved.backoff
             clock = self.env.clock
@@ -162,7 +258,7 @@ class PodWorker:
         recorded = saved.pid is not None and saved.start_time is not None
         if recorded and worker.adopt(int(saved.pid or 0), int(saved.start_time or 0),
                                      restart_count=saved.restart_count, last_state=last, probe=True):
-            return
+            return True
         driver = self.env.driver
         try:
             found = find_container_process(driver.procs_files(c.cgroup_path), driver.pids(c.cgroup_path), shims)
@@ -173,29 +269,256 @@ class PodWorker:
             self._log.info("container_found_in_cgroup", container=c.name, pid=found[0])
             count = saved.restart_count + (1 if ran_before else 0)
             worker.adopt(found[0], found[1], restart_count=count, last_state=current or last)
-            return
+            return True
         if saved.pid is not None and saved.start_time is not None:
             worker.adopt(int(saved.pid), int(saved.start_time), restart_count=saved.restart_count,
                          last_state=last)  # gone: recorded as an unknown exit, the policy decides
-        elif current is not None:  # it had exited: the restart policy decides again
+            return True
+        if current is not None:  # it had exited: the restart policy decides again
             worker.restore_exit(current, restart_count=saved.restart_count, last_state=last)
+            return True
+        return False
 
     async def _run(self, worker: ContainerWorker) -> Terminated | None:
         result = await worker.run()
         self._on_change(self)
+        self._kick()
         return result
 
+    # ---- the sequence: what to start or stop next ----
+    def _kick(self) -> None:
+        """Something moved (a container, a probe result, a hook): decide again, once, soon."""
+        if self._kicked:
+            return
+        self._kicked = True
+        try:
+            asyncio.get_running_loop().call_soon(self._advance)
+        except RuntimeError:  # no loop (a test building a worker by hand): decide now
+            self._advance()
+
+    def _steps(self) -> InitSteps:
+        statuses = self._statuses()
+        return next_steps(self.pod.spec, statuses, {name: self._sequence_started(name) for name in statuses})
+
+    def _advance(self) -> None:
+        self._kicked = False
+        if not self.started or self._detached:
+            return
+        self._refresh_conditions()
+        if self.terminal:
+            return
+        statuses = self._statuses()
+        started = {name: self._sequence_started(name) for name in statuses}
+        steps = next_steps(self.pod.spec, statuses, started)
+        if steps.failed is not None and self._init_failed is None:
+            self._init_failed = steps.failed
+            self._log.info("init_container_failed", container=steps.failed)
+            for init in reversed(self.plan.init_containers):  # the pod has failed: its sidecars stop
+                if init.sidecar:
+                    self._stop_sidecar(init)
+        for name in steps.start:
+            due = self.plan.any_container(name)
+            if due is not None and name not in self.workers:
+                self._start_container(due)
+        waited = waiting_for(self.pod.spec, statuses, started)
+        for c in self.plan.all_containers:  # due but cannot be configured: said once, as the kubelet's event
+            if (c.config_error is not None and c.name not in self._reported
+                    and (c.name == waited if c.init else steps.initialized)):
+                self._reported.add(c.name)
+                self._log.warning("container_config_error", container=c.name, error=c.config_error)
+                self._record_event(c.name, Event(REASON_FAILED, f"Error: {c.config_error}"))
+        for name in steps.stop:
+            sidecar = self.plan.any_container(name)
+            if sidecar is not None:
+                self._stop_sidecar(sidecar)
+
+    def _start_container(self, c: ContainerPlan) -> None:
+        worker = self._spare.pop(c.name, None) or self._container_worker(c)
+        self.workers[c.name] = worker
+        self._tasks[c.name] = self._guard.start(self._run(worker), name=f"container:{self.pod.key}/{c.name}")
+        self._log.info("container_due", container=c.name, init=c.init)
+
+    def _stop_sidecar(self, c: ContainerPlan) -> None:
+        w = self.workers.get(c.name)
+        if w is None or c.name in self._stopping or isinstance(w.status.state, Terminated):
+            return
+        self._stopping.add(c.name)
+        self._side_task(self._stop_one(c, float(self.pod.spec.termination_grace_period_seconds)),
+                        f"stop sidecar {c.name}")
+
+    def _side_task(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        task = self._guard.start(coro, name=f"pod {self.pod.key}: {what}")
+        self._side.add(task)
+        task.add_done_callback(self._side.discard)
+
+    # ---- a container moved ----
+    def _container_changed(self, c: ContainerPlan, worker: ContainerWorker, status: ContainerStatus) -> None:
+        state = status.state
+        if isinstance(state, Terminated) and not self._restoring:
+            self._note_exit(c, worker, status)
+        if isinstance(state, Running) and status.container_id and self._hooked.get(c.name) != status.container_id:
+            self._hooked[c.name] = status.container_id
+            lifecycle = c.spec.lifecycle
+            if not self._restoring and lifecycle is not None and lifecycle.post_start is not None:
+                self._hook_running.add(c.name)
+                self._side_task(self._post_start(c, status.container_id), f"postStart {c.name}")
+        if self.probes is not None:
+            self.probes.container_changed(c.name)
+        self._on_change(self)
+        self._kick()
+
+    def _note_exit(self, c: ContainerPlan, worker: ContainerWorker, status: ContainerStatus) -> None:
+        """The termination message of an exit just seen (read once, kept while it is shown)."""
+        state = status.state
+        if not isinstance(state, Terminated) or not state.container_id:
+            return
+        known = self._messages.get(c.name, {})
+        if state.container_id in known:
+            return
+        try:
+            message = termination_message(c.spec, state, log_path=worker.log_path,
+                                          run_as_user=c.config.launch.run_as_user)
+        except OSError as e:  # the log's tail could not be read
+            self._log.warning("termination_message_failed", container=c.name, error=str(e))
+            message = state.message
+        keep = {status.last_state.container_id} if status.last_state is not None else set()
+        self._messages[c.name] = {k: v for k, v in known.items() if k in keep} | {state.container_id: message}
+
+    def _shown_exit(self, name: str) -> Callable[[Terminated], Terminated]:
+        known = self._messages.get(name, {})
+
+        def shown(t: Terminated) -> Terminated:
+            message = known.get(t.container_id) if t.container_id else None
+            return t if message is None or message == t.message else replace(t, message=message)
+
+        return shown
+
+    def _shown(self, name: str, st: ContainerStatus) -> ContainerStatus:
+        """The status as reported: exits with their termination messages."""
+        if name not in self._messages:
+            return st
+        shown = self._shown_exit(name)
+        state = shown(st.state) if isinstance(st.state, Terminated) else st.state
+        last = shown(st.last_state) if st.last_state is not None else None
+        return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
+
+    # ---- probes and hooks ----
+    def exec_target(self, name: str) -> ExecTarget | None:
+        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not running)."""
+        w = self.workers.get(name)
+        if w is None or not isinstance(w.status.state, Running):
+            return None
+        target = self._exec_targets.get(name)
+        if target is None:
+            c = self.plan.any_container(name)
+            if c is None:
+                return None
+            launch = c.config.launch
+            uid, gid = launch.identity()
+            target = ExecTarget(cgroup=DriverCgroup(self.env.driver, c.cgroup_path), env=dict(launch.env),
+                                working_dir=launch.working_dir, run_as_user=uid, run_as_group=gid,
+                                oom_score_adj=c.config.oom_score_adj)
+            self._exec_targets[name] = target
+        return target
+
+    def _record_event(self, name: str, event: Event) -> None:
+        c = self.plan.any_container(name)
+        meta = self.pod.metadata
+        if self.env.events is None:
+            self._log.info("pod_event", reason=event.reason, message=event.message, container=name)
+            return
+        self.env.events.record(event.reason, event.message, namespace=meta.namespace, name=meta.name,
+                               uid=meta.uid, type_=event.type_, field_path=field_path(c) if c else "",
+                               container=name)
+
+    def _probe_event(self, name: str, event: Event) -> None:
+        self._record_event(name, event)
+
+    def _probe_kill(self, name: str, message: str, grace: int | None) -> None:
+        """A liveness or startup probe failed: restart the container (its policy decides)."""
+        w = self.workers.get(name)
+        if self.terminal or w is None:
+            return
+        self._side_task(self._restart(name, grace, w.status.container_id), f"kill {name}")
+
+    async def _post_start(self, c: ContainerPlan, container_id: str) -> None:
+        try:
+            result = await self.hooks.post_start(HookTarget(self.pod, c.spec, self.exec_target(c.name)))
+        finally:
+            self._hook_running.discard(c.name)
+            self._kick()
+        if result.ok or self.terminal:
+            return
+        for event in result.events:
+            self._record_event(c.name, event)
+        await self._restart(c.name, None, container_id)
+
+    async def _pre_stop(self, c: ContainerPlan, grace: float) -> float:
+        """Run the container's preStop hook within `grace`; the grace left for its SIGTERM."""
+        lifecycle = c.spec.lifecycle
+        if lifecycle is None or lifecycle.pre_stop is None or int(grace) <= 0:
+            return grace
+        result = await self.hooks.pre_stop(HookTarget(self.pod, c.spec, self.exec_target(c.name)), int(grace))
+        for event in result.events:
+            self._record_event(c.name, event)
+        self._log.info("pre_stop_hook_ran", container=c.name, elapsed=result.elapsed, completed=result.completed)
+        return float(result.grace_left)
+
+    async def _restart(self, name: str, grace: int | None, container_id: str) -> None:
+        """Kill this run of the container (preStop, SIGTERM, grace, SIGKILL) so its supervisor
+        applies the restart policy to the exit, as the kubelet kills a container that failed its
+        liveness probe or its postStart hook."""
+        w = self.workers.get(name)
+        c = self.plan.any_container(name)
+        if (w is None or c is None or name in self._killing or self.terminal
+                or (container_id and w.status.container_id != container_id)):
+            return
+        pid, start_time = w.pid, w.start_time
+        if pid is None or start_time is None:
+            return
+        self._killing.add(name)
+        try:
+            period = float(self.pod.spec.termination_grace_period_seconds if grace is None else grace)
+            left = await self._pre_stop(c, period)
+            self._log.info("container_killing", container=name, pid=pid, grace_period=left)
+            await kill_process(pid, start_time, left)
+        finally:
+            self._killing.discard(name)
+
+    # ---- stopping ----
+    async def _stop_one(self, c: ContainerPlan, grace: float) -> None:
+        w = self.workers.get(c.name)
+        if w is None:
+            return
+        left = grace
+        if w.pid is not None and isinstance(w.status.state, Running):
+            left = await self._pre_stop(c, grace)
+        await w.stop(left)
+
     async def stop(self, grace_period: float, reason: str | None = None, message: str | None = None) -> None:
-        """Terminate every container (SIGTERM, grace, kill), then remove the pod's cgroups."""
+        """Terminate every container (preStop, SIGTERM, grace, kill): the app containers together,
+        then the init containers (sidecars) in reverse order with what is left of the grace
+        period; then remove the pod's cgroups."""
         self.terminal = True
         self.deletion_time = self.deletion_time or self.env.clock.wall()
         if reason:
             self.reason, self.message = reason, message
         self._on_change(self)
-        await asyncio.gather(*(w.stop(grace_period) for w in self.workers.values()))
+        for w in self._spare.values():
+            w.hold()
+        clock = self.env.clock
+        began = clock.now()
+        await asyncio.gather(*(self._stop_one(c, grace_period) for c in self.plan.containers))
+        for c in reversed(self.plan.init_containers):
+            await self._stop_one(c, max(0.0, grace_period - (clock.now() - began)))
+        for task in list(self._side):  # hooks and kills still in flight: the stop has taken over
+            task.cancel()
+        if self.probes is not None:
+            await self.probes.stop()
         await self._guard.drain()
         with self._step(f"pod {self.pod.key}: remove its cgroups", REMOVE_STEP_S):
             await asyncio.to_thread(self.remove_cgroups)  # kill/rmdir may wait for the kernel to reap
+        self._refresh_conditions()
         self._on_change(self)
 
     def _step(self, what: str, bound: float) -> contextlib.AbstractContextManager[None]:
@@ -209,23 +532,47 @@ class PodWorker:
             self._log.warning("pod_cgroup_remove_failed", path=self.plan.cgroup_path, error=str(e))
 
     async def detach(self) -> None:
-        """Agent shutdown: stop watching, leave the processes running for the next agent."""
+        """Agent shutdown: stop watching and probing, leave the processes running for the next agent."""
+        self._detached = True
         await self._guard.close()
         for w in self.workers.values():
             w.detach()
 
     # ---- reporting ----
+    def _status_of(self, name: str) -> ContainerStatus | None:
+        """The container's status as its supervisor has it (one that cannot be configured: waiting)."""
+        w = self.workers.get(name)
+        if w is not None:
+            return w.status
+        c = self.plan.any_container(name)
+        if c is not None and c.config_error is not None:
+            return ContainerStatus(c.name, Waiting(REASON_CONFIG_ERROR, c.config_error), image=c.config.image)
+        return None
+
+    def _statuses(self) -> dict[str, ContainerStatus]:
+        out = {}
+        for c in self.plan.all_containers:
+            st = self._status_of(c.name)
+            if st is not None:
+                out[c.name] = st
+        return out
+
+    def _sequence_started(self, name: str) -> bool:
+        """Started for the sequence: the startup probe succeeded and the postStart hook is done."""
+        return self.probes is not None and self.probes.started(name) and name not in self._hook_running
+
     @property
     def statuses(self) -> dict[str, ContainerStatus]:
-        return {name: w.status for name, w in self.workers.items()}
+        """Every created container's status, init containers too, as reported."""
+        return {name: self._shown(name, w.status) for name, w in self.workers.items()}
 
     @property
     def phase(self) -> str:
         if self.reason == EVICTION_REASON:
             return "Failed"
-        names = [c.name for c in self.plan.containers]
-        return pod_phase(self.pod.spec.restart_policy, names, self.statuses,
-                         pod_is_terminal=self.terminal and not self.running,
+        statuses = self._statuses()
+        started = {name: self.probes is not None and self.probes.started(name) for name in statuses}
+        return pod_phase(self.pod.spec, statuses, started, pod_is_terminal=self.terminal and not self.running,
                          is_static=self.plan.static)
 
     @property
@@ -234,29 +581,102 @@ class PodWorker:
 
     @property
     def finished(self) -> bool:
-        """No container runs and none will be restarted."""
-        return all(t.done() for t in self._tasks.values()) and bool(self._tasks)
+        """No container runs and none will be (re)started."""
+        if not self.started or not all(t.done() for t in self._tasks.values()):
+            return False
+        if self.terminal:
+            return True
+        steps = self._steps()
+        return bool(self._tasks) and (steps.failed is not None or (steps.initialized and not steps.start))
 
     def record(self) -> PodCheckpoint:
-        containers = tuple(_container_record(name, w, self.env.clock) for name, w in self.workers.items())
+        containers = tuple(_container_record(name, w, self.env.clock, self._shown_exit(name))
+                           for name, w in self.workers.items())
         meta = self.pod.metadata
         return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
                              manifest=self.pod.to_dict(), containers=containers, deletion=self.deletion)
+
+    def _refresh_conditions(self) -> None:
+        if self.probes is not None:
+            self.conditions = self.probes.conditions(self.phase, self.conditions, self.env.clock.wall())
+
+    def _container_status_dict(self, c: ContainerPlan) -> dict[str, Any]:
+        w = self.workers.get(c.name)
+        if w is None:
+            st = self._status_of(c.name)
+            if st is None:
+                waiting = REASON_POD_INITIALIZING if self.plan.init_containers else REASON_CREATING
+                st = ContainerStatus(c.name, Waiting(waiting), image=c.config.image)
+            return st.to_status_dict(ready=False, started=False)
+        probes = self.probes
+        return self._shown(c.name, w.status).to_status_dict(
+            ready=probes.ready(c.name) if probes is not None else None,
+            started=probes.started(c.name) if probes is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         out = self.pod.to_dict()
         if self.deletion_time is not None:
             out["metadata"]["deletionTimestamp"] = rfc3339(self.deletion_time)
-        status: dict[str, Any] = {
-            "phase": self.phase,
-            "qosClass": self.plan.qos,
-            "startTime": rfc3339(self.start_time),
-            "containerStatuses": [self.workers[c.name].status.to_status_dict()
-                                  for c in self.plan.containers if c.name in self.workers],
-        }
+        self._refresh_conditions()
+        status: dict[str, Any] = {"phase": self.phase}
+        if self.conditions:
+            status["conditions"] = [c.to_dict() for c in self.conditions]
+        if self.plan.host_ips:
+            status["hostIP"] = self.plan.host_ips[0]
+            status["hostIPs"] = [{"ip": ip} for ip in self.plan.host_ips]
+        if self.plan.pod_ips:
+            status["podIP"] = self.plan.pod_ips[0]
+            status["podIPs"] = [{"ip": ip} for ip in self.plan.pod_ips]
+        status["qosClass"] = self.plan.qos
+        status["startTime"] = rfc3339(self.start_time)
+        if self.plan.init_containers:
+            status["initContainerStatuses"] = [self._container_status_dict(c) for c in self.plan.init_containers]
+        status["containerStatuses"] = [self._container_status_dict(c) for c in self.plan.containers]
         if self.reason:
             status["reason"] = self.reason
         if self.message:
             status["message"] = self.message
         out["status"] = status
         return out
+
+
+async def kill_process(pid: int, start_time: int, grace: float) -> bool:
+    """SIGTERM the process (and its group), wait up to `grace` s for it to exit, then SIGKILL;
+    True when it was there to kill. The pidfd is opened before the start time is checked, so a
+    reused PID is never signalled; the exit is seen through that pidfd on the loop."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    loop = asyncio.get_running_loop()
+    try:
+        if not is_same_process(pid, start_time):
+            return False
+        gone: asyncio.Future[None] = loop.create_future()
+
+        def exited() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
+        loop.add_reader(pidfd, exited)
+        try:
+            _signal(pidfd, pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(asyncio.shield(gone), max(grace, 0.0))
+            except TimeoutError:
+                _signal(pidfd, pid, signal.SIGKILL)
+        finally:
+            loop.remove_reader(pidfd)
+        return True
+    finally:
+        os.close(pidfd)
+
+
+def _signal(pidfd: int, pid: int, sig: int) -> None:
+    """The process through its pidfd, then its process group (the container's PID leads it)."""
+    try:
+        signal.pidfd_send_signal(pidfd, sig)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

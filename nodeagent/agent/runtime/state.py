@@ -103,16 +103,18 @@ class ContainerStatus:
     def started(self) -> bool:
         return isinstance(self.state, Running)
 
-    def to_status_dict(self) -> dict[str, object]:
+    def to_status_dict(self, *, ready: bool | None = None, started: bool | None = None) -> dict[str, object]:
+        """`ready` / `started`: the prober's view (readiness and startup probes) when the pod
+        worker has one; without it a running container is both."""
         out: dict[str, object] = {
             "name": self.name,
             "state": self.state.to_dict(),
             "lastState": self.last_state.to_dict() if self.last_state else {},
-            "ready": self.ready,
+            "ready": self.ready if ready is None else ready,
             "restartCount": self.restart_count,
             "image": self.image,
             "imageID": "",
-            "started": self.started,
+            "started": self.started if started is None else started,
         }
         if self.container_id:
             out["containerID"] = self.container_id
