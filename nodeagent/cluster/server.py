@@ -29,12 +29,12 @@ from aiohttp import web
 from nodeagent.cluster.admission.priority import PREEMPT_LOWER_PRIORITY
 from nodeagent.cluster.agents.client import AgentError, Agents, HttpAgents
 from nodeagent.cluster.agents.reconcile import (
+    Action,
     Adopt,
     AdoptBinding,
     DeleteOnAgent,
     Foreign,
     Gone,
-    Rebind,
     Status,
     reconcile,
 )
@@ -327,12 +327,23 @@ class SchedulerService:
             log.info("namespace_deleted", namespace=name)
 
     # ---- reconcile ---------------------------------------------------------------------------
-    def apply(self, node: str, actions: list[Any]) -> None:
+    def apply(self, node: str, actions: list[Action]) -> None:
         st, binder = self.state, self.binder
         foreign: dict[str, dict[str, Any]] = {}
         for a in actions:
-            rec = st.pods.get(getattr(a, "key", ""))
-            if isinstance(a, Status) and rec is not None:
+            if isinstance(a, Adopt):
+                self._adopt(node, dict(a.agent_pod))
+                continue
+            if isinstance(a, Foreign):
+                foreign[a.key] = dict(a.agent_pod)
+                continue
+            if isinstance(a, DeleteOnAgent):
+                binder.delete_on_agent(node, a.namespace, a.name, a.grace, a.why)
+                continue
+            rec = st.pods.get(a.key)  # Status, AdoptBinding, Gone, Rebind: about a pod we may still have
+            if rec is None:
+                continue
+            if isinstance(a, Status):
                 was_terminal = rec.terminal
                 if merge_agent_status(rec, a.agent_pod):
                     st.account(rec)
@@ -341,20 +352,14 @@ class SchedulerService:
                         log.info("pod_finished", pod=rec.key, node=node, phase=rec.phase,
                                  reason=rec.status.get("reason"))
                         binder.room_freed(node)
-            elif isinstance(a, AdoptBinding) and rec is not None:
+            elif isinstance(a, AdoptBinding):
                 rec.obj["spec"]["nodeName"] = node
                 self._mark_bound(rec, a.agent_pod)
                 binder.queue.done(rec.key)
                 log.info("pod_binding_adopted", pod=rec.key, node=node)
-            elif isinstance(a, Adopt):
-                self._adopt(node, dict(a.agent_pod))
-            elif isinstance(a, Foreign):
-                foreign[a.key] = dict(a.agent_pod)
-            elif isinstance(a, DeleteOnAgent):
-                binder.delete_on_agent(node, a.namespace, a.name, a.grace, a.why)
-            elif isinstance(a, Gone) and rec is not None:
+            elif isinstance(a, Gone):
                 binder._finish_delete(rec)
-            elif isinstance(a, Rebind) and rec is not None:
+            else:
                 log.info("pod_rebind", pod=rec.key, node=node, confirmed=rec.confirmed)
                 binder.rebind(rec)
         st.set_foreign(node, foreign)

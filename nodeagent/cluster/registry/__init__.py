@@ -12,7 +12,7 @@
     table          server-side printing (meta.k8s.io/v1 Table)
     errors         metav1.Status errors with Kubernetes' reasons, codes and wording
     plugins        protocols of the rooms beside it: patch, field manager, field validation, admission
-    authorization  the Authorizer protocol (RBAC plugs in) and AlwaysAllow
+    authorization  the auth room's Authorizer, and AuthorizationOff for a server without security
 
 May import: the rooms below it in the control plane's contract (storage, admission, auth,
 controllers), the pure libraries schema and patch, core, daemonkit. Never HTTP (apiserver), the

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nodeagent.cluster.schema.validation import CausedFieldError
 from nodeagent.core.errors import FieldError
 from nodeagent.daemonkit import status
 
@@ -93,7 +94,7 @@ def cause_reason(message: str) -> str:
 def invalid(kind: str, group: str, name: str, errors: Iterable[FieldError]) -> StatusError:
     """422 Invalid: `Pod "x" is invalid: spec.x: Invalid value: ...` with details.causes[]."""
     errs = list(errors)
-    causes = [{"reason": getattr(e, "reason", None) or cause_reason(e.message), "message": e.message,
+    causes = [{"reason": e.reason if isinstance(e, CausedFieldError) else cause_reason(e.message), "message": e.message,
                "field": e.path} for e in errs]
     parts = [f"{e.path}: {e.message}" if e.path else e.message for e in errs]
     text = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"

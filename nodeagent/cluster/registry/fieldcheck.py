@@ -10,6 +10,7 @@ from typing import Any
 
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.plugins import FieldCheck
+from nodeagent.cluster.schema.decode import Decoded
 from nodeagent.cluster.schema.definitions import OBJECT_META, Definitions, definitions
 from nodeagent.cluster.schema.model import Gvk, Schema
 from nodeagent.cluster.schema.validation import FieldValidation, validate_fields
@@ -30,7 +31,7 @@ class SchemaFieldValidator:
     def check(self, body: Any, info: ResourceInfo, mode: str) -> FieldCheck:
         schema = self.schema(info)
         if schema is None:
-            return FieldCheck(getattr(body, "value", body))
+            return FieldCheck(body.value if isinstance(body, Decoded) else body)
         outcome = validate_fields(schema, body, object_meta=self.object_meta)
         m = FieldValidation(mode)
         return FieldCheck(outcome.value, tuple(outcome.warnings(m)), outcome.strict_error(m), outcome.errors)

@@ -55,6 +55,7 @@ from nodeagent.cluster.registry.plugins import (
 )
 from nodeagent.cluster.registry.strategy import SERVER_METADATA, Obj, Strategy
 from nodeagent.cluster.registry.watch import Subscription, WatchFilter, WatchHub, WatchItem
+from nodeagent.cluster.schema.decode import Decoded
 from nodeagent.cluster.storage.interface import (
     Compacted,
     Compare,
@@ -203,7 +204,7 @@ class GenericStore:
     def _validated(self, body: Any, ctx: Context, name: str = "") -> Any:
         """The body after field validation: unknown fields an error (Strict), a warning (Warn) or
         ignored, and dropped either way; values of the wrong type are 422 Invalid."""
-        raw = getattr(body, "value", body)  # a decoder's body wrapper (duplicate fields noted) or a plain value
+        raw = body.value if isinstance(body, Decoded) else body  # a decoded request body, or a plain value
         if not isinstance(raw, dict):
             raise errors.bad_request(f"couldn't get version/kind; json parse error: cannot unmarshal "
                                      f"{type(raw).__name__} into an object of kind {self.info.kind}")

@@ -33,7 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from nodeagent.cluster.schema.decode import MAX_DEPTH, Decoded
 from nodeagent.cluster.schema.model import Schema, Shape
@@ -68,13 +68,19 @@ def parse_field_validation(raw: str | None) -> FieldValidation:
         ) from None
 
 
-class FieldTypeError(FieldError):
+class CausedFieldError(FieldError):
+    """A FieldError that names its Kubernetes cause reason (a Status cause's `reason`)."""
+
+    reason: ClassVar[str] = "FieldValueInvalid"
+
+
+class FieldTypeError(CausedFieldError):
     """A value of the wrong JSON type (Kubernetes cause reason FieldValueTypeInvalid)."""
 
     reason = "FieldValueTypeInvalid"
 
 
-class FieldValueError(FieldError):
+class FieldValueError(CausedFieldError):
     """A value of the right type that its format or range rejects (FieldValueInvalid)."""
 
     reason = "FieldValueInvalid"

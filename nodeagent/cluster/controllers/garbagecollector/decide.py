@@ -144,10 +144,11 @@ def collect(objects: Iterable[Obj], namespaced: Namespaced) -> Plan:
     seen: set[tuple[str, str]] = set()
     unique = []
     for a in plan.actions:  # a dependent reached through its owner and on its own: act once
-        k = (type(a).__name__, getattr(getattr(a, "ref", None), "uid", "") + getattr(a, "reason", ""))
-        if isinstance(a, Delete | Patch) and k in seen:
-            continue
-        seen.add(k)
+        if isinstance(a, Delete | Patch):
+            k = (type(a).__name__, a.ref.uid + a.reason)
+            if k in seen:
+                continue
+            seen.add(k)
         unique.append(a)
     plan.actions = unique
     return plan
