@@ -1,9 +1,10 @@
 """The loaded Kubernetes definitions: lookup by reference name and by GVK, walking field paths.
 
-`definitions()` loads the file the first time it is called (about 0.2 s) and keeps the compact
-nodes for the life of the process: 2.5 MiB of Python objects, +8.5 MiB of RSS measured, as the
-parse's peak of 6.8 MiB is not all returned to the system (bench/schema_bench.py); every later
-call returns the same object. Tests and tools may build a `Definitions` from their own `$defs` mapping.
+`definitions()` loads the file the first time it is called and keeps the compact nodes for the
+life of the process (the parse's peak is not all returned to the system, so the RSS grows by more
+than the nodes hold; the load time and memory: see bench/README.md, "The schema definitions");
+every later call returns the same object. Tests and tools may build a `Definitions` from their own
+`$defs` mapping.
 """
 
 from __future__ import annotations

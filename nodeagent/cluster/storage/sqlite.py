@@ -19,21 +19,13 @@ the writer process gone) makes the store refuse every later write, with the firs
 A read-only transaction returns at once unless transactions are waiting to commit; then it was
 evaluated on top of them and returns when they are durable (readers never see a write that is not).
 
-Thread or process for the writes (committer.py): the process is the default. Measured with
-bench/storage_bench.py on the 2-core development machine, which other sessions shared (load
-average 2-5 during the runs, so figures scatter by 2x from run to run; --repeat interleaves):
-- 16 writers, nothing else on the loop: a tie. Medians of 3 runs: thread 4824, process 5212
-  txns/s, 16 txns per commit, the same CPU per txn (loop thread 26-33 us, everything 61-76 us).
-- A CPU-bound task on the loop (1 ms slices, as request handlers) beside writers: a writer thread
-  must take the GIL back from the busy loop thread at least twice per commit and waits up to the
-  5 ms switch interval each time: one writer's commit latency goes from 0.5 ms (idle loop) to
-  5.5-8 ms p50 in every run. The process avoids that by construction but needs a free core: on
-  this loaded machine it measured no better (8-10 ms p50); the least loaded paced run gave thread
-  160 txns/s at p99 556 ms against 1493 txns/s at p99 21 ms for the process. The scheduler's store
-  measured the same effect on a whole service (writer.py in cluster/store).
-- The process costs ~16 MiB of RSS (its own interpreter) and a pipe hop per commit.
-So: the process, because an API server's loop is busy at the targets and the deployed server
-does not share its cores with test suites; `writer="thread"` is one argument away.
+Thread or process for the writes (committer.py): the process is the default. With an idle loop
+the two are alike; with a busy loop (request handlers) a writer thread must take the GIL back
+from the loop thread at least twice per commit and waits up to the 5 ms switch interval each
+time, which the process avoids by construction, given a free core, for its own interpreter's RSS
+and a pipe hop per commit. An API server's loop is busy at the targets and the deployed server
+does not share its cores with test suites, so: the process; `writer="thread"` is one argument
+away. The measurements: see bench/README.md ("The API server's store: a writer process").
 
 Compaction: `compact(R)` forgets revisions <= R in memory at once (reads and watches below raise
 Compacted) and deletes the log rows behind, in chunks of COMPACT_CHUNK revisions, one chunk after

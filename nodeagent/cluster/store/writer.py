@@ -1,11 +1,10 @@
 """The store's writer as a child process: SQLite commits without holding the scheduler's GIL.
 
-Why a process and not a thread: every SQLite commit costs ~40 us of CPU (the WAL write and its
-bookkeeping) and the writer thread takes the GIL back around each one; the scheduling loop's numpy
-calls release the GIL for every vector operation, so each of them could wait for the writer.
-Measured on the 5000-node benchmark: a writer thread cut the service from ~5700 to ~3800 pods/s,
-and preemption from ~1050 to ~650 pods/s; this process gets the store's writes onto the other core
-and brings back the in-memory figures (see bench/scheduler_bench.py).
+Why a process and not a thread: every SQLite commit costs CPU (the WAL write and its bookkeeping)
+and a writer thread takes the GIL back around each one; the scheduling loop's numpy calls release
+the GIL for every vector operation, so each of them could wait for the writer. This process gets
+the store's writes onto the other core, and the service schedules as fast as with no store at all.
+The measurements: see bench/README.md ("The scheduler's store: a writer process").
 
 Protocol (stdin/stdout pipes): the parent sends one frame per turn of its event loop, holding
 every transaction queued in that turn; the child applies them in order, each its own transaction
