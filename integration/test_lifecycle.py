@@ -1,6 +1,7 @@
 """The probe, hook, init-container, env and termination-message building blocks driving real
-container processes (the runtime's ContainerWorker, in cgroups this test creates), as the pod
-worker will once they are wired in: a liveness failure restarts the container, readiness follows
+container processes (the runtime's ContainerWorker, in cgroups this test creates) by hand, each
+on its own; the pod worker that wires them together is shown end to end through the agent's API
+in test_pod_lifecycle.py. Here: a liveness failure restarts the container, readiness follows
 a file the container makes, init containers and a sidecar start in order and the pod completes,
 the downward API reaches the process, preStop runs in the container before its SIGTERM, and a
 termination message is read back. Runs on whichever cgroup version the kernel drives.
