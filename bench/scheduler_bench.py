@@ -224,16 +224,16 @@ async def _service_case(nodes: int, pods: int, bound: int, store: str, preempt_c
     from nodeagent.cluster.config import parse_scheduler_config
     from nodeagent.cluster.objects import POD_SCHEDULED, condition, new_pod, set_condition
     from nodeagent.cluster.server import SchedulerService
-    from nodeagent.cluster.store.sqlite import MemoryStore, SqliteStore
+    from nodeagent.cluster.store.sqlite import SchedulerMemoryStore, SchedulerSqliteStore
 
     rng = random.Random(4)
     tmp = tempfile.mkdtemp(prefix="sched-bench-")
     cfg = parse_scheduler_config({"authentication": "none", "stateDir": tmp,
                                   "storeSync": "full" if store.endswith("full") else "normal"}, "bench")
     if store == "memory":
-        backend: Any = MemoryStore()
+        backend: Any = SchedulerMemoryStore()
     elif store.startswith("thread"):
-        backend = SqliteStore(f"{tmp}/s.db", sync=cfg.store_sync)
+        backend = SchedulerSqliteStore(f"{tmp}/s.db", sync=cfg.store_sync)
     else:
         backend = None  # the scheduler's own: SQLite in its writer process
     svc = SchedulerService(cfg, store=backend, agents=InstantAgents())  # type: ignore[arg-type]

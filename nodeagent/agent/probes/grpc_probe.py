@@ -37,6 +37,7 @@ from nodeagent.agent.probes.target import join_host_port
 from nodeagent.agent.probes.tcp_probe import connect
 from nodeagent.core.duration import format_go_duration
 from nodeagent.core.names import quote
+from nodeagent.daemonkit import protowire
 
 CHECK_PATH = "/grpc.health.v1.Health/Check"
 SERVING_STATUS = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
@@ -76,44 +77,18 @@ def encode_request(service: str) -> bytes:
     return struct.pack(">BI", 0, len(body)) + body
 
 
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        if i >= len(data):
-            raise ValueError("truncated varint")
-        b = data[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, i
-        shift += 7
-
-
 def decode_status(message: bytes) -> int:
-    """HealthCheckResponse.status from a length-prefixed gRPC message (unknown fields skipped)."""
+    """HealthCheckResponse.status from a length-prefixed gRPC message (unknown fields skipped);
+    ValueError (protowire.ProtobufError) for a malformed one."""
     if len(message) < 5:
         raise ValueError("short gRPC message")
     compressed, length = struct.unpack(">BI", message[:5])
     if compressed:
         raise ValueError("compressed gRPC message")
-    data = message[5 : 5 + length]
-    status, i = 0, 0
-    while i < len(data):
-        key, i = _read_varint(data, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(data, i)
-            if field == 1:
-                status = value
-        elif wire == 2:
-            size, i = _read_varint(data, i)
-            i += size
-        elif wire == 5:
-            i += 4
-        elif wire == 1:
-            i += 8
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
+    status = 0
+    for number, value in protowire.fields(message[5 : 5 + length]):
+        if number == 1 and isinstance(value, int):
+            status = value
     return status
 
 

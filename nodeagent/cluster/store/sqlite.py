@@ -312,8 +312,3 @@ class AsyncStore(Revisions):
         await self.flush()
         self.close()
 
-
-# The names before the Scheduler prefix, for bench/scheduler_bench.py only (outside this package's
-# owners' rooms at the time of the rename); switch it to the new names, then delete these two.
-MemoryStore = SchedulerMemoryStore
-SqliteStore = SchedulerSqliteStore
