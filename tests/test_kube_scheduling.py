@@ -86,6 +86,7 @@ def test_nothing_fits_gives_a_failed_scheduling_event_and_the_python_client_sees
     from kubernetes import client
 
     ns = namespace(server, "s-fail")
+    apply(server, node("hollow-f1", "2", zone="s-fail"))  # a node of its own: the test runs alone too
     apply(server, pod("huge", ns, cpu="64", zone="s-fail-none"))
 
     def warned() -> list[Any]:
