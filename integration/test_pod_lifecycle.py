@@ -253,8 +253,8 @@ def test_a_liveness_failure_restarts_the_container_with_unhealthy_then_killing(a
                                                                                files: Path) -> None:
     # "$$$$": Kubernetes reads "$$" in a command as a literal "$", so the shell sees "$$" (its PID)
     script = f"echo $$$$ > {files}/pid; trap 'echo term >> {files}/terms; exit 0' TERM; {LOOP}"
-    probe = exec_probe(f"cat /proc/self/cgroup > {files}/probe.cgroup; test ! -e {files}/unhealthy-$(cat {files}/pid)",
-                       failureThreshold=2)
+    probe = exec_probe(f"cat /proc/self/cgroup > {files}/probe.tmp; mv {files}/probe.tmp {files}/probe.cgroup; "
+                       f"test ! -e {files}/unhealthy-$(cat {files}/pid)", failureThreshold=2)
     manifest = pod_of("live", [sh("app", script, livenessProbe=probe)], terminationGracePeriodSeconds=10)
     uid = manifest["metadata"]["uid"]
     agent.create_ok(manifest)
@@ -297,12 +297,25 @@ def test_readiness_flips_the_pods_ready_condition_both_ways(agent: AgentProcess,
 
 def test_an_http_readiness_probe_reaches_the_containers_server(agent: AgentProcess, files: Path) -> None:
     port = free_port()
-    server = f"exec python3 -m http.server {port} --bind 127.0.0.1 --directory {files}"
+    server = f"exec python3 -m http.server {port} --bind 127.0.0.1 --directory {files} 2>> {files}/http.log"
     probe = {"httpGet": {"path": "/", "port": "web"}, "periodSeconds": 1, "timeoutSeconds": 5}
     agent.create_ok(pod_of("http", [sh("app", server, readinessProbe=probe,
                                        ports=[{"name": "web", "containerPort": port}])]))
     poll_until(lambda: conditions(agent, "http").get("Ready") == "True", WAIT_S, "ready over HTTP")
     assert status_of(agent, "http", "app")["ready"] is True
+    assert '"GET / HTTP/1.1" 200' in read(files / "http.log")  # the probe's request, answered
+
+
+def test_a_tcp_liveness_probe_to_a_closed_port_restarts_the_container(agent: AgentProcess) -> None:
+    port = free_port()  # nothing listens there
+    probe = {"tcpSocket": {"port": port}, "periodSeconds": 1, "timeoutSeconds": 5, "failureThreshold": 1}
+    agent.create_ok(pod_of("tcp", [sh("app", "exec sleep 100000", livenessProbe=probe)]))
+    poll_until(lambda: status_of(agent, "tcp", "app")["restartCount"] >= 1, WAIT_S, "a restart")
+    events = [e for e in pod_events(agent, "tcp") if e[0] in ("Unhealthy", "Killing")]
+    assert events[:2] == [
+        ("Unhealthy", "spec.containers{app}", f"Liveness probe failed: dial tcp 127.0.0.1:{port}: connect: "
+                                              "connection refused"),
+        ("Killing", "spec.containers{app}", "Container app failed liveness probe, will be restarted")]
 
 
 def test_a_startup_probe_holds_liveness_and_readiness_back(agent: AgentProcess, files: Path) -> None:
