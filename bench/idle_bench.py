@@ -9,7 +9,7 @@ lets it settle (--settle s: checkpoint writes, first housekeeping), then samples
 
     .venv/bin/python bench/idle_bench.py [--pods 100] [--seconds 60]
     integration/run-in-uml.sh sh -c 'ip link set lo up && .venv/bin/python bench/idle_bench.py --seconds 30'
-Targets: CPU <= 1% of one core, RSS <= 50 MiB.
+Targets: CPU <= 1% of one core idle, well under 5% with --probe (issue 11); RSS <= 50 MiB.
 """
 
 from __future__ import annotations
@@ -34,19 +34,45 @@ NS = "bench"
 MiB = 1 << 20
 
 
-def manifest(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "c", "image": "bench", "command": ["sleep", "100000"],
-                "resources": {"requests": {"cpu": "5m", "memory": "4Mi"},
-                              "limits": {"cpu": "100m", "memory": "16Mi"}},
-            }],
-        },
+def probe_spec(kind: str, port: int) -> dict[str, Any] | None:
+    """A liveness probe every second (kind none: no probe). The HTTP and TCP probes target one
+    server the bench runs on loopback, so what is measured is the agent's side of a probe."""
+    action: dict[str, Any] | None = {
+        "none": None,
+        "exec": {"exec": {"command": ["true"]}},
+        "http": {"httpGet": {"host": "127.0.0.1", "port": port, "path": "/healthz"}},
+        "tcp": {"tcpSocket": {"host": "127.0.0.1", "port": port}},
+    }[kind]
+    if action is None:
+        return None
+    return {**action, "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 3}
+
+
+def manifest(name: str, probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "c", "command": ["sleep", "100000"],
+        "resources": {"requests": {"cpu": "5m", "memory": "4Mi"}, "limits": {"cpu": "100m", "memory": "16Mi"}},
     }
+    if probe is not None:
+        container["livenessProbe"] = probe
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [container]}}
+
+
+def start_probe_target() -> tuple[subprocess.Popen[bytes], int]:
+    """An HTTP server on loopback in a process of its own (its CPU is not the agent's)."""
+    code = ("import http.server, socketserver, sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        self.send_response(200); self.send_header('Content-Length', '2'); self.end_headers()\n"
+            "        self.wfile.write(b'ok')\n"
+            "    def log_message(self, *a): pass\n"
+            "s = socketserver.ThreadingTCPServer(('127.0.0.1', 0), H)\n"
+            "print(s.server_address[1], flush=True)\n"
+            "s.serve_forever()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
 
 
 def threads(pid: int) -> int:
@@ -57,13 +83,14 @@ def threads(pid: int) -> int:
     return 0
 
 
-async def create_pods(agent: AgentProc, n: int, concurrency: int) -> float:
+async def create_pods(agent: AgentProc, n: int, concurrency: int, probe: dict[str, Any] | None = None) -> float:
     """POST n pods, `concurrency` in flight; wait until all have a containerID; seconds taken."""
     t0 = time.perf_counter()
     sem = asyncio.Semaphore(concurrency)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=agent.headers) as session:
         async def one(i: int) -> None:
-            async with sem, session.post(f"{agent.url}/api/v1/namespaces/{NS}/pods", json=manifest(f"idle-{i}")) as r:
+            url, body = f"{agent.url}/api/v1/namespaces/{NS}/pods", manifest(f"idle-{i}", probe)
+            async with sem, session.post(url, json=body) as r:
                 body = await r.json()
                 if r.status != 201:
                     raise RuntimeError(f"POST idle-{i}: {r.status} {body.get('message')}")
@@ -134,6 +161,8 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=5.0, help="wait after the pods run, before measuring")
     ap.add_argument("--empty-seconds", type=float, default=0.0, help="first measure with no pods this long")
     ap.add_argument("--concurrency", type=int, default=10)
+    ap.add_argument("--probe", default="none", choices=["none", "exec", "http", "tcp"],
+                    help="give every pod a liveness probe of this kind every 1 s")
     ap.add_argument("--py-spy", metavar="FILE", help="record the agent with py-spy during the window")
     ap.add_argument("--driver", default="auto", choices=["auto", "v1", "v2"])
     ap.add_argument("--agent-log", metavar="FILE", help="keep the agent's log (JSON lines) in FILE")
@@ -143,6 +172,7 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("run as root: the agent writes cgroupfs")
     agent = AgentProc(driver_kind=opts.driver, env=parse_env(opts.agent_env), keep_log=opts.agent_log)
+    target, port = start_probe_target() if opts.probe in ("http", "tcp") else (None, 0)
     agent.start()
     try:
         print(f"host: {platform.node()} kernel {platform.release()}, {os.cpu_count()} CPUs, cgroup v{agent.version};"
@@ -150,19 +180,24 @@ def main() -> None:
         print(f"agent RSS after start: {vm_rss(agent.pid)[0] / MiB:.1f} MiB")
         if opts.empty_seconds > 0:
             measure(agent, opts.empty_seconds, "no pods")
-        took = asyncio.run(create_pods(agent, opts.pods, opts.concurrency))
+        took = asyncio.run(create_pods(agent, opts.pods, opts.concurrency, probe_spec(opts.probe, port)))
         print(f"\n{opts.pods} pods running after {took:.2f} s; agent RSS {vm_rss(agent.pid)[0] / MiB:.1f} MiB;"
-              f" settling {opts.settle:.0f} s")
+              f" settling {opts.settle:.0f} s; probes: {opts.probe} every 1 s")
         time.sleep(opts.settle)
         spy = start_py_spy(agent.pid, opts.py_spy) if opts.py_spy else None
         try:
-            measure(agent, opts.seconds, f"{opts.pods} running pods, idle")
+            label = f"{opts.pods} running pods, idle" if opts.probe == "none" else \
+                f"{opts.pods} running pods, one {opts.probe} liveness probe each every 1 s"
+            measure(agent, opts.seconds, label)
         finally:
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(30)
     finally:
         agent.stop()
+        if target is not None:
+            target.kill()
+            target.wait()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def manifest(name: str, opts: argparse.Namespace) -> dict[str, Any]:
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "containers": [{
-                "name": "c", "image": "bench", "command": ["sleep", "100000"],
+                "name": "c", "command": ["sleep", "100000"],
                 "resources": {"requests": {"cpu": opts.cpu_request, "memory": opts.mem_request},
                               "limits": {"cpu": opts.cpu_limit, "memory": opts.mem_limit}},
             }],
