@@ -322,3 +322,22 @@ class AgentProcess:
             return proc if proc and self.past_shim(proc[0]) else None
 
         return poll_until(ready, timeout, f"{name}/{container} to run its command")
+
+    # -- the kernel's view of the agent's pods --
+
+    def pod_cgroups(self) -> dict[str, list[str]]:
+        """uid -> the `pod<uid>` directories that exist under kubepods and its QoS tiers, on every
+        hierarchy (v1 has one per controller, and a directory left in any of them counts). Read
+        from cgroupfs, not asked of the agent."""
+        found: dict[str, list[str]] = {}
+        for controller in self.cg.bases:
+            for tier in ("kubepods", "kubepods/burstable", "kubepods/besteffort"):
+                parent = self.cg.dir(tier, controller or "memory")
+                try:
+                    names = os.listdir(parent)
+                except FileNotFoundError:
+                    continue
+                for name in names:
+                    if name.startswith("pod") and os.path.isdir(os.path.join(parent, name)):
+                        found.setdefault(name[len("pod"):], []).append(os.path.join(parent, name))
+        return found
