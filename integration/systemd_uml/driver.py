@@ -131,7 +131,7 @@ def show_time_to_us(value: str) -> int:
 # ---- the agent's API ----
 
 
-def http(method: str, path: str, body: Any = None, *, auth: bool = False, timeout: float = 10) -> tuple[int, Any]:
+def http(method: str, path: str, body: Any = None, *, auth: bool = True, timeout: float = 10) -> tuple[int, Any]:
     """(status, JSON or text); connection errors raise OSError."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(API + path, data=data, method=method)
@@ -150,7 +150,7 @@ def http(method: str, path: str, body: Any = None, *, auth: bool = False, timeou
 def healthz_once() -> Any:
     """One GET /healthz, no retry: (status, body) or the connection error's text."""
     try:
-        return list(http("GET", "/healthz", timeout=5))
+        return list(http("GET", "/healthz", auth=False, timeout=5))
     except OSError as e:
         return f"error: {e}"
 

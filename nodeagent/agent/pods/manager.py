@@ -188,7 +188,9 @@ class PodManager:
                                       and worker.deletion.remove):
                     await self.journal.delete(*key)
                 elif worker.started:  # a pod being created is recorded by create_pod itself
+                    deletion = worker.deletion
                     await self.journal.put(worker.record())
+                    worker.mark_recorded(deletion)
         except (OSError, ValueError) as e:
             log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
 
@@ -295,10 +297,11 @@ class PodManager:
         if worker.terminal:
             return worker.to_dict()
         before = worker.deletion
-        worker.deletion = Deletion(float(grace), self.env.clock.wall() + grace, remove=True)
+        worker.deletion = deletion = Deletion(float(grace), self.env.clock.wall() + grace, remove=True)
         try:  # the intent is on disk before the 200: a restarted agent carries the termination on
             with self._step(f"checkpoint of pod {worker.pod.key}", CHECKPOINT_STEP_S):
                 await self.journal.put(worker.record())
+            worker.mark_recorded(deletion)
         except OSError as e:
             worker.deletion = before
             log.error("pod_record_failed", pod=worker.pod.key, error=str(e))

@@ -162,6 +162,9 @@ class PodWorker:
         self.message: str | None = None
         self.terminal = False  # stopped for good (deleted or evicted): containers won't restart
         self.deletion: Deletion | None = None  # the recorded termination, carried on after a restart
+        # the termination (with its reason) as the journal has it: an eviction is shown only once
+        # it is on disk, so what was reported survives a crash (the kill itself never waits for it)
+        self.recorded_deletion: Deletion | None = None
         self.started = False
         self.probes: PodProbes | None = None
         self.hooks = HookRunner(env.http, clock=env.clock)
@@ -214,7 +217,7 @@ class PodWorker:
         self.started = True
         self.create_cgroups()
         if record is not None and record.deletion is not None:
-            self.deletion = record.deletion
+            self.deletion = self.recorded_deletion = record.deletion
             self.terminal = True
             self.reason, self.message = record.deletion.reason, record.deletion.message
         self.probes = PodProbes(
@@ -567,12 +570,29 @@ class PodWorker:
         return {name: self._shown(name, w.status) for name, w in self.workers.items()}
 
     @property
+    def shown_reason(self) -> tuple[str | None, str | None]:
+        """The termination's reason and message once its record is on disk (None, None before)."""
+        if not self._termination_recorded:
+            return None, None
+        return self.reason, self.message
+
+    @property
+    def _termination_recorded(self) -> bool:
+        return self.deletion is None or self.recorded_deletion is self.deletion
+
+    def mark_recorded(self, deletion: Deletion | None) -> None:
+        """The journal holds a record written with `deletion`: its reason may be shown."""
+        if deletion is not None and deletion is self.deletion:
+            self.recorded_deletion = deletion
+
+    @property
     def phase(self) -> str:
-        if self.reason == EVICTION_REASON:
+        if self.shown_reason[0] == EVICTION_REASON:
             return "Failed"
         statuses = self._statuses()
         started = {name: self.probes is not None and self.probes.started(name) for name in statuses}
-        return pod_phase(self.pod.spec, statuses, started, pod_is_terminal=self.terminal and not self.running,
+        terminal = self.terminal and self._termination_recorded  # a crash now would restart it
+        return pod_phase(self.pod.spec, statuses, started, pod_is_terminal=terminal and not self.running,
                          is_static=self.plan.static)
 
     @property
@@ -632,10 +652,11 @@ class PodWorker:
         if self.plan.init_containers:
             status["initContainerStatuses"] = [self._container_status_dict(c) for c in self.plan.init_containers]
         status["containerStatuses"] = [self._container_status_dict(c) for c in self.plan.containers]
-        if self.reason:
-            status["reason"] = self.reason
-        if self.message:
-            status["message"] = self.message
+        reason, message = self.shown_reason
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
         out["status"] = status
         return out
 
