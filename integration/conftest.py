@@ -17,8 +17,10 @@ import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agent_harness import AgentProcess
 
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
@@ -148,3 +150,31 @@ def spawn(driver: CgroupDriver) -> Iterator[Spawn]:
         if p.poll() is None:
             p.kill()
         p.wait(timeout=30)
+
+
+@pytest.fixture
+def make_agent(tmp_path: Path, cgroup_version: int) -> Iterator[Callable[..., AgentProcess]]:
+    """make(**AgentProcess options) starts a real agent in its own workdir; all are cleaned up."""
+    agents: list[AgentProcess] = []
+
+    def make(**kw: Any) -> AgentProcess:
+        workdir = tmp_path / f"agent{len(agents)}"
+        workdir.mkdir()
+        agent = AgentProcess(workdir, cgroup_version, **kw)
+        agents.append(agent)
+        agent.start()
+        return agent
+
+    yield make
+    errors = []
+    for agent in agents:
+        try:
+            agent.cleanup()
+        except AssertionError as e:
+            errors.append(str(e))
+    assert not errors, "\n".join(errors)
+
+
+@pytest.fixture
+def agent(make_agent: Callable[..., AgentProcess]) -> AgentProcess:
+    return make_agent()

@@ -17,11 +17,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_harness import (
     HOUSEKEEPING_S,
     KUBE_RESERVED,
@@ -47,33 +46,6 @@ from nodeagent.core.resources import milli_cpu_to_shares, shares_to_cpu_weight
 MI = 1 << 20
 SLEEP = "exec sleep 100000"
 BUSY = "while :; do :; done"
-
-
-@pytest.fixture
-def make_agent(tmp_path: Path, cgroup_version: int) -> Iterator[Callable[..., AgentProcess]]:
-    agents: list[AgentProcess] = []
-
-    def make(**kw: Any) -> AgentProcess:
-        workdir = tmp_path / f"agent{len(agents)}"
-        workdir.mkdir()
-        agent = AgentProcess(workdir, cgroup_version, **kw)
-        agents.append(agent)
-        agent.start()
-        return agent
-
-    yield make
-    errors = []
-    for agent in agents:
-        try:
-            agent.cleanup()
-        except AssertionError as e:
-            errors.append(str(e))
-    assert not errors, "\n".join(errors)
-
-
-@pytest.fixture
-def agent(make_agent: Callable[..., AgentProcess]) -> AgentProcess:
-    return make_agent()
 
 
 def _uid() -> str:

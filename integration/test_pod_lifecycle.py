@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,33 +27,6 @@ from nodeagent.core.quantity import parse_quantity
 
 WAIT_S = 60.0  # generous: the UML guest has one slow CPU
 LOOP = "while :; do sleep 0.1; done"
-
-
-@pytest.fixture
-def make_agent(tmp_path: Path, cgroup_version: int) -> Iterator[Callable[..., AgentProcess]]:
-    agents: list[AgentProcess] = []
-
-    def make(**kw: Any) -> AgentProcess:
-        workdir = tmp_path / f"agent{len(agents)}"
-        workdir.mkdir()
-        agent = AgentProcess(workdir, cgroup_version, **kw)
-        agents.append(agent)
-        agent.start()
-        return agent
-
-    yield make
-    errors = []
-    for agent in agents:
-        try:
-            agent.cleanup()
-        except AssertionError as e:
-            errors.append(str(e))
-    assert not errors, "\n".join(errors)
-
-
-@pytest.fixture
-def agent(make_agent: Callable[..., AgentProcess]) -> AgentProcess:
-    return make_agent()
 
 
 @pytest.fixture
