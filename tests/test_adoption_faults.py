@@ -26,7 +26,7 @@ def test_shim_argv_names_its_procs_files() -> None:
 def test_a_shim_that_has_not_joined_yet_is_found_and_leftovers_are_not() -> None:
     procs = f"/nonexistent-{os.getpid()}/cgroup.procs"
     # a process that looks exactly like a shim before its first line ran (it never joins: it sleeps)
-    shim = subprocess.Popen(["sh", "-c", "exec sleep 30", "nodeagent-shim", procs, "", "/"], start_new_session=True)
+    shim = subprocess.Popen(["sh", "-c", "sleep 30", "nodeagent-shim", procs, "", "/"], start_new_session=True)
     child = subprocess.Popen(["sleep", "30"])  # not a session leader: a leftover of an earlier run
     try:
         deadline = time.monotonic() + 5
