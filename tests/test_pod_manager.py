@@ -589,3 +589,41 @@ async def test_an_eviction_is_shown_only_once_it_is_on_disk(tmp_path: Path, driv
     assert record is not None and record.deletion is not None and record.deletion.reason == "Evicted"
     m.journal._sync = os.fdatasync
     await stop_all(m)
+
+
+async def test_deleting_an_evicted_pod_removes_it_and_its_record(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    """An evicted pod stays listed as Failed until deleted; the delete removes it (and its record,
+    so a restarted agent does not list it again), keeping the eviction's reason meanwhile."""
+    m = make_manager(tmp_path, driver)
+    await m.create_pod(manifest("victim"))
+    await until(lambda: pid_of(m, "victim"), what="the victim running")
+    await m.terminate(m.pods[("default", "victim")], 0, remove=False, reason="Evicted", message="low on memory")
+    await until(lambda: (m.get_pod("default", "victim") or {}).get("status", {}).get("reason") == "Evicted",
+                what="Evicted")
+    out = await m.delete_pod("default", "victim", None)
+    assert out is not None and out["status"]["reason"] == "Evicted"
+    await until(lambda: m.get_pod("default", "victim") is None, what="the evicted pod removed")
+    await m.flush()
+    assert durable(tmp_path, "victim") is None
+    await stop_all(m)
+    again = make_manager(tmp_path, driver)
+    await again.restore()
+    assert again.get_pod("default", "victim") is None
+    await stop_all(again)
+
+
+async def test_a_delete_during_an_eviction_removes_the_pod_when_the_stop_ends(tmp_path: Path,
+                                                                              driver: FakeCgroupDriver) -> None:
+    m = make_manager(tmp_path, driver)
+    ready = tmp_path / "ready"
+    await m.create_pod(manifest("slow", f"trap '' TERM; touch {ready}; while :; do sleep 0.05; done"))
+    pid = await until(lambda: pid_of(m, "slow"), what="a pid")
+    await until(ready.exists, what="the trap")
+    stopping = m.terminate(m.pods[("default", "slow")], 1, remove=False, reason="Evicted", message="low")
+    out = await m.delete_pod("default", "slow", 30)
+    assert out is not None and alive(pid), "the delete must not cut the eviction's grace short or wait for it"
+    await stopping
+    assert m.get_pod("default", "slow") is None
+    await m.flush()
+    assert durable(tmp_path, "slow") is None
+    await stop_all(m)

@@ -171,12 +171,14 @@ async def test_a_sidecar_keeps_running_beside_the_app_and_stops_once_the_app_is_
 # ---- probes ----
 
 
+@pytest.mark.parametrize("policy", ["Always", "OnFailure"])
 async def test_a_liveness_failure_restarts_the_container_with_events(manager: PodManager, events: EventRecorder,
-                                                                     tmp_path: Path) -> None:
+                                                                     tmp_path: Path, policy: str) -> None:
+    """Under OnFailure too, although the killed container exits 0 (kubelet: shouldRestartOnFailure)."""
     bad = tmp_path / "unhealthy"
     m = manifest("live", [sh("app", "trap 'exit 0' TERM; while :; do sleep 0.05; done",
                              livenessProbe=exec_probe(f"test ! -e {bad} || {{ rm {bad}; exit 1; }}",
-                                                      failureThreshold=1))])
+                                                      failureThreshold=1))], restartPolicy=policy)
     await manager.create_pod(m)
     await until(lambda: cstatus(manager, "live", "app")["state"].get("running"), what="running")
     bad.touch()
@@ -185,6 +187,16 @@ async def test_a_liveness_failure_restarts_the_container_with_events(manager: Po
         ("Unhealthy", "spec.containers{app}", "Liveness probe failed: "),
         ("Killing", "spec.containers{app}", "Container app failed liveness probe, will be restarted")]
     assert cstatus(manager, "live", "app")["lastState"]["terminated"]["exitCode"] == 0  # its TERM trap
+
+
+async def test_a_liveness_failure_under_never_kills_without_a_restart(manager: PodManager, tmp_path: Path) -> None:
+    m = manifest("once", [sh("app", "trap 'exit 3' TERM; while :; do sleep 0.05; done",
+                             livenessProbe=exec_probe("exit 1", failureThreshold=1))], restartPolicy="Never")
+    await manager.create_pod(m)
+    await until(lambda: cstatus(manager, "once", "app")["state"].get("terminated"), what="the kill")
+    assert cstatus(manager, "once", "app")["restartCount"] == 0
+    assert cstatus(manager, "once", "app")["state"]["terminated"]["exitCode"] == 3
+    await until(lambda: pod(manager, "once")["status"]["phase"] == "Failed", what="Failed")
 
 
 async def test_readiness_sets_ready_and_the_pod_conditions_both_ways(manager: PodManager, tmp_path: Path) -> None:

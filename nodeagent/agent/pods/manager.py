@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -294,10 +295,16 @@ class PodManager:
         if worker is None:
             return None
         grace = worker.pod.spec.termination_grace_period_seconds if grace_period is None else grace_period
-        if worker.terminal:
-            return worker.to_dict()
         before = worker.deletion
-        worker.deletion = deletion = Deletion(float(grace), self.env.clock.wall() + grace, remove=True)
+        if worker.terminal:
+            if before is None or before.remove:
+                return worker.to_dict()  # already being deleted
+            # An evicted pod stays listed as Failed until it is deleted; the delete keeps the
+            # eviction's reason and grace and only adds that the pod leaves the list.
+            deletion = dataclasses.replace(before, remove=True)
+        else:
+            deletion = Deletion(float(grace), self.env.clock.wall() + grace, remove=True)
+        worker.deletion = deletion
         try:  # the intent is on disk before the 200: a restarted agent carries the termination on
             with self._step(f"checkpoint of pod {worker.pod.key}", CHECKPOINT_STEP_S):
                 await self.journal.put(worker.record())
@@ -310,6 +317,9 @@ class PodManager:
         faults.hit("delete-after-commit")
         if not worker.terminal:
             self.terminate(worker, float(grace), remove=True)
+        elif worker.finished:  # the eviction's stop is over: nothing is left to wait for
+            await self._remove(worker)
+        # else: the eviction's stop is still running; it removes the pod when it ends
         return worker.to_dict()
 
     def terminate(self, worker: PodWorker, grace: float, *, remove: bool,
@@ -326,15 +336,23 @@ class PodManager:
             self._changed(worker)
         async def run() -> None:
             await worker.stop(grace, reason, message)
-            key = (worker.pod.metadata.namespace, worker.pod.metadata.name)
-            if remove and self.pods.get(key) is worker:
-                del self.pods[key]
-                await asyncio.to_thread(logs.remove_pod_dir, worker.plan.log_dir)
-                log.info("pod_removed", pod=worker.pod.key)
-            self.update_qos_cgroups()
-            self._changed(worker)
+            if remove or (worker.deletion is not None and worker.deletion.remove):  # a delete may come mid-eviction
+                await self._remove(worker)
+            else:
+                self.update_qos_cgroups()
+                self._changed(worker)
 
         return self._tasks.start(run(), name=f"stop:{worker.pod.key}")
+
+    async def _remove(self, worker: PodWorker) -> None:
+        """A stopped pod leaves the list, its logs and its record."""
+        key = (worker.pod.metadata.namespace, worker.pod.metadata.name)
+        if self.pods.get(key) is worker:
+            del self.pods[key]
+            await asyncio.to_thread(logs.remove_pod_dir, worker.plan.log_dir)
+            log.info("pod_removed", pod=worker.pod.key)
+        self.update_qos_cgroups()
+        self._changed(worker)
 
     def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
         worker = self.pods.get((namespace, name))

@@ -484,6 +484,8 @@ class PodWorker:
             period = float(self.pod.spec.termination_grace_period_seconds if grace is None else grace)
             left = await self._pre_stop(c, period)
             self._log.info("container_killing", container=name, pid=pid, grace_period=left)
+            if w.pid == pid and w.start_time == start_time:  # still this run (preStop may have outlived it)
+                w.kill_to_restart()
             await kill_process(pid, start_time, left)
         finally:
             self._killing.discard(name)

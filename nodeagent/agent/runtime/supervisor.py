@@ -142,6 +142,7 @@ class ContainerWorker:
         self._proc: _Proc | None = None
         self._exit: _Exit | None = None
         self._stopping = False
+        self._killed_to_restart = False  # this run is being killed so it restarts (liveness, postStart)
         self._stop_event = asyncio.Event()
         self._running = False
         self._log = log.bind(pod=f"{config.pod_namespace}/{config.pod_name}", container=config.name)
@@ -422,7 +423,9 @@ class ContainerWorker:
                 if ex is None:  # stopped before anything ran
                     return None
                 await self._kill_leftovers()
-                if self._stopping or not should_restart(self.config.restart_policy, ex.state):
+                forced, self._killed_to_restart = self._killed_to_restart, False
+                policy = self.config.restart_policy
+                if self._stopping or not (should_restart(policy, ex.state) or (forced and policy != "Never")):
                     return ex.state
                 delay = self.backoff.remaining(ex.mono)
                 if delay > 0:
@@ -440,6 +443,12 @@ class ContainerWorker:
                 self._launch()
         finally:
             self._running = False
+
+    def kill_to_restart(self) -> None:
+        """The next exit is a kill that asks for a restart (a failed liveness probe or postStart
+        hook): it restarts unless the policy is Never, whatever its exit code, as the kubelet's
+        shouldRestartOnFailure does (a container that exits 0 on SIGTERM still restarts under OnFailure)."""
+        self._killed_to_restart = True
 
     # ---- stopping ----
     def _signal(self, proc: _Proc, sig: int) -> None:
