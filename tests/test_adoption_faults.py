@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,16 @@ def test_a_shim_that_has_not_joined_yet_is_found_and_leftovers_are_not() -> None
         for p in (shim, child):
             p.kill()
             p.wait()
+
+
+def test_a_forked_child_showing_the_shims_argv_is_not_taken_for_the_shim(tmp_path: Path) -> None:
+    """Between fork and exec a shell's child shows the shim's argv too; the shim leads its session."""
+    argv = b"\0".join([b"sh", b"-c", b"script", b"nodeagent-shim", b"/g/cgroup.procs", b"", b"/"]) + b"\0"
+    for pid, session in ((200, 100), (100, 100), (300, 100)):  # listing order must not matter
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(argv)
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (sh) S 1 {session} {session} 0 -1\n")
+    assert scan_shims(str(tmp_path)) == {"/g/cgroup.procs": 100}
 
 
 def test_fault_spec_parsing() -> None:

@@ -49,9 +49,23 @@ def scan_shims(proc: str = "/proc") -> dict[str, int]:
             continue
         if SHIM_ARGV0.encode() not in raw:
             continue
+        pid = int(entry)
         for path in shim_argv_procs([a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]):
-            found[path] = int(entry)
+            # a child the shell forked still shows the shim's argv until it execs; the shim itself
+            # is the session leader (it was spawned with setsid), its children are not
+            if path not in found or _leads_session(proc, pid):
+                found[path] = pid
     return found
+
+
+def _leads_session(proc: str, pid: int) -> bool:
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    fields = data[data.rindex(b")") + 2:].split()
+    return len(fields) > 3 and fields[3] == str(pid).encode()
 
 
 def find_container_process(procs_files: Iterable[str], cgroup_pids: Iterable[int],
