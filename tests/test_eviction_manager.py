@@ -45,7 +45,7 @@ class FakeNode:
     def evictable_pods(self) -> list[PodPlan]:
         return [p for p, _ in self.pods.values()]
 
-    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
+    async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid, memory_working_set=self.pods[p.metadata.name][1]) for p in pods}
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:

@@ -90,7 +90,7 @@ class StuckEviction:
     def evictable_pods(self) -> list[PodPlan]:
         return [plan_pod(victim(), state_dir="/state", memory_capacity=GI)]
 
-    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
+    async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid, memory_working_set=500 * MI) for p in pods}
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:

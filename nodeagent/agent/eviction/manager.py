@@ -58,7 +58,9 @@ class PodsAccess(Protocol):
         """Pods that hold resources now (admitted, not terminal), with their admission facts."""
         ...
 
-    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]: ...
+    async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
+        """What each pod uses of `resource` (the others may read 0); None: everything."""
+        ...
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         """Terminate the pod (status Failed/Evicted) and return once its processes are gone."""
@@ -183,7 +185,7 @@ class EvictionManager:
         evictable = self.pods.evictable_pods()
         self._evicted &= {p.pod.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
         candidates = [p for p in evictable if p.pod.metadata.uid not in self._evicted]
-        usage = self.pods.usage([p.pod for p in candidates], with_disk=resource in DISK_RESOURCES)
+        usage = await self.pods.usage([p.pod for p in candidates], resource)
         victims = [p.pod for p in select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)]
         if not victims:
             log.warning("eviction_no_victim", signal=signal, observed=observed.available if observed else None)

@@ -115,26 +115,36 @@ class PodPaths(Protocol):
     def containers(self) -> Sequence[ContainerPaths]: ...
 
 
-def pod_usage(driver: CgroupDriver, pod: PodPaths, with_disk: bool) -> PodUsage:
-    """A pod's memory working set and processes from its cgroups; disk only when asked (it walks)."""
+def _working_set(driver: CgroupDriver, path: str) -> int | None:
     try:
-        stats = driver.stats(pod.cgroup_path)
-        memory, processes = stats.working_set, stats.pids_current
+        usage, inactive_file = driver.memory_usage(path)
     except OSError:
-        memory = processes = 0
-    containers = []
-    for c in pod.containers:
+        return None
+    return max(0, usage - inactive_file)
+
+
+def pod_usage(driver: CgroupDriver, pod: PodPaths, resource: str | None) -> PodUsage:
+    """What a pod uses of the starved `resource` (memory, ephemeral-storage, inodes, pids), and
+    only that: this runs in the eviction pass, for every candidate. Memory is two small reads
+    per cgroup (stats() reads every controller and, on v1, walks the subtree for oom_kill:
+    200 cgroups took 65 ms against 11 ms); disk walks the pod's directory; None reads all."""
+    memory = processes = disk = inodes = 0
+    containers: tuple[ContainerUsage, ...] = ()
+    if resource in (None, "memory"):
+        memory = _working_set(driver, pod.cgroup_path) or 0
+        containers = tuple(ContainerUsage(c.name, memory_working_set=_working_set(driver, c.cgroup_path))
+                           for c in pod.containers)
+    if resource in (None, "pids"):
         try:
-            ws: int | None = driver.stats(c.cgroup_path).working_set
+            processes = driver.stats(pod.cgroup_path).pids_current
         except OSError:
-            ws = None
-        containers.append(ContainerUsage(c.name, memory_working_set=ws))
-    disk = inodes = 0
-    if with_disk and os.path.isdir(pod.log_dir):
+            processes = 0
+    if resource in (None, "ephemeral-storage", "inodes") and os.path.isdir(pod.log_dir):
         disk, inodes = dir_usage(pod.log_dir)
     return PodUsage(uid=pod.uid, memory_working_set=memory, ephemeral_storage=disk, inodes=inodes,
-                    processes=processes, containers=tuple(containers))
+                    processes=processes, containers=containers)
 
 
-def pods_usage(driver: CgroupDriver, pods: Iterable[PodPaths], with_disk: bool) -> dict[str, PodUsage]:
-    return {pod.uid: pod_usage(driver, pod, with_disk) for pod in pods}
+def pods_usage(driver: CgroupDriver, pods: Iterable[PodPaths], resource: str | None) -> dict[str, PodUsage]:
+    """Blocking (file reads, a directory walk): run it off the event loop."""
+    return {pod.uid: pod_usage(driver, pod, resource) for pod in pods}

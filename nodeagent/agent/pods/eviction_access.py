@@ -43,10 +43,11 @@ class PodEvictionAccess:
         """The active pods' plans: their criticality, QoS class and requests as admission derived them."""
         return self.manager.active_plans()
 
-    def usage(self, pods: Sequence[Pod], with_disk: bool) -> dict[str, PodUsage]:
+    async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
+        """The plans are picked on the loop (the pod list changes there); the reads run on a thread."""
         plans = {w.plan.uid: w.plan for w in self.manager.pods.values()}
         known = [plans[p.metadata.uid] for p in pods if p.metadata.uid in plans]
-        return pods_usage(self.manager.env.driver, known, with_disk)
+        return await asyncio.to_thread(pods_usage, self.manager.env.driver, known, resource)
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
