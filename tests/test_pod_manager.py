@@ -228,6 +228,12 @@ async def test_restart_policies(manager: PodManager) -> None:
     await until(lambda: status(manager, "flaky")["restartCount"] >= 2, what="flaky to be restarted")
     assert status(manager, "flaky")["lastState"]["terminated"]["exitCode"] == 1
     assert status(manager, "never")["restartCount"] == 0
+    # admission's cheap filter agrees with the phase, with and without exits behind a pod
+    await manager.create_pod(manifest("up", "sleep 30"))
+    await until(lambda: phase("up") == "Running", what="up to run")
+    holds = {name: w.holds_resources for (_, name), w in manager.pods.items()}
+    assert holds == {"never": False, "done": False, "flaky": True, "up": True}
+    assert {p.pod.metadata.name for p in manager.active_plans()} == {"flaky", "up"}
 
 
 # ---- deletion ----

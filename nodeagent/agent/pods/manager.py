@@ -207,7 +207,7 @@ class PodManager:
     # ---- AgentBackend ----
     def active_plans(self) -> list[PodPlan]:
         """Plans of the pods that hold resources: admitted, not terminal, not finished (the kubelet's filter)."""
-        return [w.plan for w in self.pods.values() if not w.terminal and w.phase not in ("Succeeded", "Failed")]
+        return [w.plan for w in self.pods.values() if w.holds_resources]
 
     def active_pods(self) -> list[Pod]:
         """Pods that hold resources (active_plans)."""

@@ -598,6 +598,19 @@ class PodWorker:
                          is_static=self.plan.static)
 
     @property
+    def holds_resources(self) -> bool:
+        """Admitted, not terminal, neither Succeeded nor Failed (the kubelet's filter for admission).
+
+        Admission asks this of every pod, so it is cheap in the common case: without an exit (a
+        Terminated state, now or as a last state) pod_phase can only be Pending or Running."""
+        if self.terminal:
+            return False
+        if not any(isinstance(w.status.state, Terminated) or w.status.last_state is not None
+                   for w in self.workers.values()):
+            return self.shown_reason[0] != EVICTION_REASON
+        return self.phase not in ("Succeeded", "Failed")
+
+    @property
     def running(self) -> bool:
         return any(w.pid is not None for w in self.workers.values())
 
