@@ -10,6 +10,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -619,3 +620,13 @@ def test_https_with_ca_and_client_certificate(agent: FakeAgent, short_dir: str, 
         assert rc == 1 and err.startswith("nodeagent: ") and err.count("\n") == 1  # no client cert
         rc, _, err = run(capsys, "pods", "--server", url, "--cacert", str(pki / "nope.crt"))
         assert (rc, err) == (1, f"nodeagent: cannot set up TLS for {url}: No such file or directory\n")
+
+
+def test_the_agents_process_loads_no_control_plane_code() -> None:
+    """`nodeagent run` imports the CLI and the agent only: the server's modules (and jwt and
+    cryptography's x509 behind them, ~14 MiB resident) stay out of the agent's memory."""
+    code = ("import sys, nodeagent.cli.main, nodeagent.agent.daemon; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jwt', 'cryptography') "
+            "or m.startswith('nodeagent.cluster')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

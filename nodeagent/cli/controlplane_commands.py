@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from nodeagent.cli import daemons
-from nodeagent.cluster.serverconfig import ServerConfig, load_server_config, parse_server_config
+
+if TYPE_CHECKING:  # the agent's process imports this module too: the server's code stays out of it
+    from nodeagent.cluster.serverconfig import ServerConfig
 
 
 def _load(path: str | None) -> ServerConfig | None:
+    from nodeagent.cluster.serverconfig import load_server_config, parse_server_config
+
     return daemons.load(path, load_server_config, parse_server_config)
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from nodeagent.cli import daemons
-from nodeagent.cluster.config import SchedulerConfig, load_scheduler_config, parse_scheduler_config
+
+if TYPE_CHECKING:  # the agent's process imports this module too: the scheduler's code stays out of it
+    from nodeagent.cluster.config import SchedulerConfig
 
 
 def _load(path: str | None) -> SchedulerConfig | None:
+    from nodeagent.cluster.config import load_scheduler_config, parse_scheduler_config
+
     return daemons.load(path, load_scheduler_config, parse_scheduler_config)
 
 
