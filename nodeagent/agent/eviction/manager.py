@@ -4,12 +4,15 @@ Differences from the kubelet, on purpose:
 - it wakes on kernel notifications (`wake`) and on an adaptive poll, not only every 10 s;
 - it evicts as many pods as the shortfall needs in one pass (estimating each victim's yield
   from its usage), waits for the kills to complete, and re-observes at once;
-- hard evictions kill at once (grace 0): being late means losing the race to the OOM killer.
+- hard evictions kill at once (grace 0): being late means losing the race to the OOM killer;
+- under disk pressure it deletes unused images only until the shortfall is covered (the kubelet
+  deletes every unused image), after the dead pods' data, and re-observes after each step.
 
 Progress, for the watchdog (daemonkit/progress.py): the loop completes a pass at least every
 `interval + max(1, evictionMaxPodGracePeriod) + PASS_SLACK_S` seconds. Between passes it sleeps
 at most `interval`; a pass may wait for its victims for their grace period, then for the kill
-(bounded in the runtime), and may walk pod directories for disk usage; PASS_SLACK_S covers those.
+(bounded in the runtime), may walk pod directories for disk usage and delete unused images;
+PASS_SLACK_S covers those.
 A loop past that bound is wedged (`stalled()`), and the agent stops its watchdog pings.
 """
 
