@@ -53,7 +53,10 @@ def agent_of(cfg: Config, tmp_path: Path, images: ImageManager | None = None) ->
                  auth=Authenticator.from_config(cfg), ssl_context=None, notifier=Notifier(None), images=images)
 
 
-def test_the_agent_builds_its_images_from_the_config_without_io(tmp_path: Path) -> None:
+def test_the_agent_builds_its_images_from_the_config_without_io(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # a reload reconfigures logging for the whole process: keep the other tests' log level
+    monkeypatch.setattr("nodeagent.agent.daemon.configure_logging", lambda level, fmt: None)
     cfg = config(tmp_path, imagefsPath=str(tmp_path / "imagefs"), imageGCHighThresholdPercent=70,
                  imageGCLowThresholdPercent=60)
     agent = agent_of(cfg, tmp_path)
