@@ -9,6 +9,7 @@ import pydantic
 import pytest
 
 from nodeagent.agent.config import settings as config_module
+from nodeagent.agent.config.reload import plan
 from nodeagent.agent.config.settings import (
     Config,
     ConfigError,
@@ -316,12 +317,46 @@ def test_restart_required_changes() -> None:
     new = parse_config(
         {"port": 10251, "cgroupRoot": "/x", "stateDir": "/srv/na", "maxPods": 5, "evictionHard": {}}, "new"
     )
-    # the default unixSocket lives under stateDir, so it moves with it
-    assert restart_required_changes(old, new) == ["port", "cgroupRoot", "stateDir", "unixSocket"]
+    # the default unixSocket, nodefsPath and imagefsPath live under stateDir, so they move with it
+    assert restart_required_changes(old, new) == ["port", "cgroupRoot", "stateDir", "unixSocket", "nodefsPath",
+                                                  "imagefsPath"]
     assert restart_required_changes(old, parse_config({"address": "::1", "cgroupDriver": "v1"}, "n")) == [
         "address",
         "cgroupDriver",
     ]
+
+
+@pytest.mark.parametrize("value", ["auto", "runc", "crun", "none"])
+def test_oci_runtime_values(value: str) -> None:
+    assert parse_config({"ociRuntime": value}, "x").oci_runtime == value
+
+
+def test_oci_runtime_defaults_to_auto() -> None:
+    assert parse_config({}, "x").oci_runtime == "auto"
+    assert parse_config({}, "x").to_dict()["ociRuntime"] == "auto"
+
+
+@pytest.mark.parametrize("value", ["docker", "RUNC", "", 1, None])
+def test_oci_runtime_refuses_other_values_naming_the_key(value: object) -> None:
+    errors = errors_of({"ociRuntime": value})
+    assert len(errors) == 1 and errors[0].startswith("ociRuntime: "), errors
+    assert "'auto', 'runc', 'crun' or 'none'" in errors[0], errors
+
+
+@pytest.mark.parametrize(("change", "keys"), [
+    ({"ociRuntime": "crun"}, ["ociRuntime"]),
+    ({"ociRuntime": "none"}, ["ociRuntime"]),
+    ({"imagefsPath": "/srv/images"}, ["imagefsPath"]),  # the image store lives there
+    ({"nodefsPath": "/srv/node"}, ["nodefsPath", "imagefsPath"]),  # imagefs defaults to nodefs
+    ({"imageGCHighThresholdPercent": 90, "imagePullProgressTimeout": "1m"}, []),  # applied live
+])
+def test_image_keys_restart_or_not(change: dict[str, object], keys: list[str]) -> None:
+    old = parse_config({}, "old")
+    new = parse_config(change, "new")
+    assert restart_required_changes(old, new) == keys
+    result = plan(old, new)
+    assert result.restart_required == keys and not set(result.applied) & set(keys)
+    assert set(result.applied) | set(result.restart_required) == set(change) | set(keys)
 
 
 def test_warnings_for_unused_settings() -> None:

@@ -87,7 +87,9 @@ def test_failure_message_takes_the_fatal_msg() -> None:
     assert failure_message("", 3) == "skopeo exited with status 3"
 
 
-def test_manager_from_config(tmp_path: object) -> None:
+async def test_manager_from_config(tmp_path: object) -> None:
+    import os
+
     from nodeagent.agent.events import EventRecorder
     from nodeagent.core.clock import FakeClock
 
@@ -96,7 +98,23 @@ def test_manager_from_config(tmp_path: object) -> None:
                            "imageRegistries": {"reg.example": {"insecure": True}}}, "test")
     clock = FakeClock()
     manager = manager_from_config(config, EventRecorder(clock, "n"), clock)
+    assert not os.path.exists(f"{tmp_path}/images")  # no I/O before start()
     assert manager.store.root == f"{tmp_path}/images"
     assert manager.gc_policy.high_percent == 90 and manager.gc_policy.min_age == 300
     assert manager.progress_timeout == 30 and manager.registries["reg.example"].insecure
-    assert manager.reserve_bytes > 0  # imagefs.available<15% by default
+    assert manager.reserve_bytes == 0
+    await manager.start()
+    st = os.statvfs(str(tmp_path))
+    # imagefs.available<15% by default (f_blocks moves a little on some filesystems: 0.1% slack)
+    assert abs(manager.reserve_bytes - st.f_blocks * st.f_frsize * 0.15) < st.f_blocks * st.f_frsize * 0.001
+    assert os.path.isdir(f"{tmp_path}/images/tmp")
+
+    # a reload: the registries, GC keys, timeout and the reserve follow the new config
+    new = parse_config({"stateDir": str(tmp_path), "imageGCLowThresholdPercent": 50, "imagePullProgressTimeout": "2m",
+                        "evictionHard": {"imagefs.available": "1Mi"}}, "test")
+    manager.reconfigure(new)
+    assert (manager.gc_policy.high_percent, manager.gc_policy.low_percent, manager.gc_policy.min_age) == (85, 50, 120)
+    assert manager.progress_timeout == 120 and manager.registries == {}
+    assert manager.reserve_bytes == 1 << 20
+    manager.reconfigure(parse_config({"stateDir": str(tmp_path), "evictionHard": {}}, "test"))
+    assert manager.reserve_threshold is None and manager.reserve_bytes == 0

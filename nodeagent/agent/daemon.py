@@ -1,10 +1,11 @@
 """The composition root: builds every part from the config, wires them, owns the long-lived tasks.
 
     observe (capacity, cgroup stats, static pod files) -> decide (allocatable, admission, plans)
-    -> act (cgroup driver, process runtime, checkpoints) -> report (HTTP API, metrics, systemd)
+    -> act (cgroup driver, process runtime, checkpoints, image store) -> report (HTTP API, metrics, systemd)
 
 `build_agent` does the I/O the wiring needs (the state and checkpoint directories, capacity and
-node facts, the token file, TLS, the systemd environment, NODEAGENT_EVICTION_WAKEUPS);
+node facts, the token file, TLS, the systemd environment, NODEAGENT_EVICTION_WAKEUPS, the OCI
+runtime's detection); the image store is opened by `start()`;
 `Agent.__init__` only wires; `run()` starts the parts, then every long-lived task through one
 GuardedTasks (daemonkit/tasks.py). A reload builds a new config and hands it, with its
 allocatable, to each part's `reconfigure`. Shutdown (SIGTERM, SIGINT) stops the API and lets go
@@ -34,6 +35,7 @@ from aiohttp import web
 
 from nodeagent.agent.api.adapter import Backend, reaction_observer
 from nodeagent.agent.api.app import create_app
+from nodeagent.agent.api.images import add_image_routes
 from nodeagent.agent.api.metrics import Metrics
 from nodeagent.agent.api.registration import registration_loop
 from nodeagent.agent.api.stats import add_stats_routes
@@ -45,6 +47,7 @@ from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.manager import EvictionManager
 from nodeagent.agent.eviction.signals import NodeObserver
 from nodeagent.agent.eviction.wakeups import MECHANISMS, WAKEUPS_ENV, MemoryWakeups, parse_mechanisms
+from nodeagent.agent.images.manager import ImageManager, manager_from_config
 from nodeagent.agent.node.allocatable import NodeAllocatable, allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.agent.node.priority import set_own_oom_score_adj, set_own_priority
@@ -55,6 +58,8 @@ from nodeagent.agent.pods.eviction_access import PodEvictionAccess
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.runtime.oci import select as oci_select
+from nodeagent.agent.runtime.oci.runtime import OciRuntime
 from nodeagent.agent.stats.sampler import Sampler
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.downward import NodeFacts as DownwardFacts
@@ -75,6 +80,27 @@ from nodeagent.daemonkit.sdnotify import Notifier, watchdog_loop
 from nodeagent.daemonkit.tasks import GuardedTasks
 
 log = structlog.get_logger(__name__)
+
+
+def oci_runtime_for(config: Config, cgroup_version: int) -> OciRuntime | None:
+    """The OCI runtime `ociRuntime` asks for, as this host allows it (runtime/oci/select.py):
+    FieldError naming the key when the one named is missing or cannot run here; None for `none`
+    or when `auto` finds nothing usable. Logged once (oci_runtime_selected)."""
+    hybrid = oci_select.is_hybrid(cgroup_version)
+    chosen = oci_select.detect(config.oci_runtime, cgroup_version)
+    if chosen is None:
+        if config.oci_runtime == "none":
+            log.info("oci_runtime_selected", requested="none", runtime=None, hybrid=hybrid)
+        else:
+            log.warning("oci_runtime_selected", requested=config.oci_runtime, runtime=None, hybrid=hybrid,
+                        found=sorted(oci_select.installed_runtimes()),
+                        reason="no usable OCI runtime found: containers from images cannot run")
+        return None
+    name, binary = chosen
+    root = oci_select.runtime_root(config.state_dir, name)
+    log.info("oci_runtime_selected", requested=config.oci_runtime, runtime=name, binary=binary, root=root,
+             hybrid=hybrid)
+    return OciRuntime(name, binary, root)
 
 
 @dataclass(frozen=True)
@@ -105,6 +131,7 @@ def build_agent(config: Config, *, config_path: str | None = None, clock: Clock 
                       read_node_info(f"v{version}", f"cgroupfs-v{version}"))
     return Agent(config, facts, driver=driver, clock=clock or SystemClock(), config_path=config_path,
                  checkpoints=CheckpointStore.open(config.state_dir),  # makes <stateDir>/checkpoints
+                 oci=oci_runtime_for(config, version),  # FieldError naming ociRuntime if unusable
                  wakeup_mechanisms=parse_mechanisms(os.environ.get(WAKEUPS_ENV)),  # ValueError if unknown
                  ssl_context=make_ssl_context(config),  # FieldError naming the key if unusable
                  # reads the token file now: fail at start
@@ -118,8 +145,11 @@ class Agent:
     def __init__(self, config: Config, facts: NodeFacts, *, driver: CgroupDriver, clock: Clock,
                  checkpoints: CheckpointStore, auth: Authenticator, ssl_context: ssl.SSLContext | None,
                  notifier: Notifier, config_path: str | None = None,
-                 wakeup_mechanisms: frozenset[str] = MECHANISMS) -> None:
-        """`wakeup_mechanisms`: the kernel notifications eviction may arm (eviction/wakeups.py)."""
+                 wakeup_mechanisms: frozenset[str] = MECHANISMS, oci: OciRuntime | None = None,
+                 images: ImageManager | None = None) -> None:
+        """`wakeup_mechanisms`: the kernel notifications eviction may arm (eviction/wakeups.py).
+        `oci`: the OCI runtime build_agent chose (None: no image runs). `images`: default, the
+        store under imagefsPath (manager_from_config: no I/O until start())."""
         self.config = config
         self.config_path = config_path
         self.facts = facts
@@ -135,6 +165,8 @@ class Agent:
         enforced_memory = allocatable.enforced_memory
         # ---- act: pods, eviction ----
         self.events = EventRecorder(clock, facts.name)
+        self.oci = oci
+        self.images = images or manager_from_config(config, self.events, clock)
         env = PodEnv(driver=driver, state_dir=config.state_dir, memory_capacity=facts.capacity.memory,
                      clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
@@ -147,6 +179,7 @@ class Agent:
             transition_period=config.eviction_pressure_transition_period,
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
+            images=self.images, dedicated_imagefs=lambda: self.observer.dedicated_imagefs,
         )
         self.pods.extra_admit = self.eviction.admit
         self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory,
@@ -158,7 +191,7 @@ class Agent:
         # ---- report: node status, API, metrics, systemd ----
         self.reporter = NodeReporter(name=facts.name, capacity=facts.capacity, allocatable=allocatable,
                                      driver=driver, clock=clock, node_info=facts.info,
-                                     pressure=lambda: self.eviction.conditions)
+                                     pressure=lambda: self.eviction.conditions, images=self.images.node_images)
         self.sampler = Sampler(driver, self.pods.stats_targets, clock, node_name=facts.name,
                                nodefs_path=config.nodefs_path or config.state_dir, settings=config.stats)
         self.backend = Backend(pods=self.pods, reporter=self.reporter, static=self.static, events=self.events,
@@ -193,27 +226,35 @@ class Agent:
         adj = set_own_oom_score_adj()
         self.notifier.status("restoring pods from checkpoints")
         self.pods.setup_cgroups()
+        await self.images.start()  # opens the store under imagefsPath (empties its tmp/, sweeps leftovers)
         await self.reporter.start()  # the node's addresses, before any pod's env is resolved
         for problem in await self.pods.restore():
             log.error("restore_problem", problem=problem)
         self.eviction.observe_now()
         await self.wakeups.start()
         await self.static.sync()
-        app = create_app(self.backend, max_body=self.config.max_request_body_bytes, auth=self.auth,
-                         metrics=self.metrics)
-        add_stats_routes(app, self.sampler)  # /metrics/resource, /stats/summary
-        self.runner = web.AppRunner(app, access_log=None)
+        self.runner = web.AppRunner(self.build_app(), access_log=None)
         await self.runner.setup()
         await web.TCPSite(self.runner, self.config.address, self.config.port, ssl_context=self.ssl_context).start()
         if self.config.unix_socket:
             await web.SockSite(self.runner, bind_unix_socket(self.config.unix_socket)).start()
         auth = self.config.authentication
         log.info("agent_ready", address=self.config.address, port=self.port, driver=f"v{self.driver.version}",
-                 pods=len(self.pods.pods), oom_score_adj=adj, nice=nice, unix_socket=self.config.unix_socket,
+                 pods=len(self.pods.pods), images=len(self.images.images()),
+                 oci_runtime=self.oci.name if self.oci else None, oom_score_adj=adj, nice=nice,
+                 unix_socket=self.config.unix_socket,
                  tls=self.ssl_context is not None,
                  authentication=auth if isinstance(auth, str) or auth is None else "token/x509",
                  allocatable={k: str(v) for k, v in self.allocatable.allocatable.items()})
         self.notifier.ready(status=self.status_line())  # after restore and with the API listening
+
+    def build_app(self) -> web.Application:
+        """The HTTP API: pods and node (api/app.py), resource metrics, images."""
+        app = create_app(self.backend, max_body=self.config.max_request_body_bytes, auth=self.auth,
+                         metrics=self.metrics)
+        add_stats_routes(app, self.sampler)  # /metrics/resource, /stats/summary
+        add_image_routes(app, self.images)  # /api/v1/images*: `nodeagent image pull|import|ls|rm`
+        return app
 
     @property
     def port(self) -> int:
@@ -288,6 +329,7 @@ class Agent:
         self.pods.reconfigure(new, allocatable)
         self.static.reconfigure(new, allocatable)
         self.sampler.reconfigure(new.stats)
+        self.images.reconfigure(new)
         self.config, self.allocatable = new, allocatable
 
     async def run(self) -> None:
@@ -300,6 +342,7 @@ class Agent:
         self.tasks.start(self.eviction.run(), name="eviction", forever=True)
         self.tasks.start(self.housekeeping(), name="housekeeping", forever=True)
         self.tasks.start(self.sampler.run(), name="stats", forever=True)
+        self.tasks.start(self.images.gc_loop(), name="image-gc", forever=True)  # every 5 min, as the kubelet
         # pings from the loop while every component makes progress (see the module docstring)
         self.tasks.start(watchdog_loop(self.notifier, healthy=self.progress.healthy), name="sd-watchdog")
         # idles while schedulerURL is unset; reads config, node and port each round (reload-safe)

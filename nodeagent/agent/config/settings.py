@@ -57,7 +57,7 @@ _KIND_FOR_API_VERSION = {KUBELET_API_VERSION: KUBELET_KIND, API_VERSION: KIND}
 DEFAULT_CONFIG_SOURCE = "nodeagent/agent/config/defaults.yaml"
 RESTART_KEYS = ("address", "port", "cgroupRoot", "cgroupDriver", "stateDir", "authentication",
                 "anonymousLoopbackReads", "tlsCertFile", "tlsPrivateKeyFile", "unixSocket", "maxRequestBodyBytes",
-                "nice")
+                "nice", "nodefsPath", "imagefsPath", "ociRuntime")
 UNIX_SOCKET_NAME = "nodeagent.sock"
 V = TypeVar("V")
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes including the terminating NUL
@@ -176,6 +176,9 @@ class Config(BaseModel):
         default=0.0, alias="imageMaximumGCAge")
     image_registries: dict[Annotated[str, AfterValidator(_registry_host)], RegistryConfig] = Field(default_factory=dict)
     image_pull_progress_timeout: Annotated[GoDuration, AfterValidator(positive_duration)] = 300.0
+    # The OCI runtime that runs containers from images (runtime/oci/select.py): auto takes runc,
+    # else crun where this host's cgroup layout lets it run; none runs no image. Read at start.
+    oci_runtime: Literal["auto", "runc", "crun", "none"] = "auto"
     # Resource metrics (nodeagent/agent/stats: /metrics/resource, /stats/summary), nodeagent's own
     # keys (the kubelet leaves these to cAdvisor's flags): one read pass of every pod cgroup per
     # statsInterval, CPU rates over statsCPURateWindow, log and volume directories walked every

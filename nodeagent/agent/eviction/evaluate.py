@@ -180,6 +180,31 @@ def reclaim_amount(threshold: Threshold, observation: Observation) -> int:
     return max(0, needed - observation.available)
 
 
+IMAGE_RECLAIM_ALL = 1 << 62  # bytes: every unused image (an inode shortfall has no byte figure)
+
+
+def image_reclaim_bytes(threshold: Threshold, observation: Observation | None, *,
+                        dedicated_imagefs: bool) -> int:
+    """Bytes of unused images to delete before evicting for `threshold` (0: none), after the
+    dead containers' and pods' data are gone. The kubelet's node reclaim funcs
+    (buildSignalToNodeReclaimFuncs): with an imagefs of its own, imagefs.* pressure deletes
+    unused images and nodefs.* pressure does not (images are not there); on a shared disk,
+    every disk signal does. The kubelet then deletes every unused image; we delete the least
+    recently used until the shortfall (value + minReclaim - available) is freed, keeping the
+    rest warm, and every unused one for an inode shortfall."""
+    if threshold.signal in (IMAGEFS_AVAILABLE, IMAGEFS_INODES_FREE):
+        applies = True
+    elif threshold.signal in (NODEFS_AVAILABLE, NODEFS_INODES_FREE):
+        applies = not dedicated_imagefs
+    else:
+        applies = False
+    if not applies or observation is None:
+        return 0
+    if threshold.resource == "inodes":
+        return IMAGE_RECLAIM_ALL
+    return reclaim_amount(threshold, observation)
+
+
 def _reclaim_key(threshold: Threshold, observation: Observation) -> tuple[int, int, int, int]:
     """byEvictionPriority made deterministic. Memory signals first (as in the kubelet); then hard
     before soft (its victims get the immediate grace period); then, among memory signals, the

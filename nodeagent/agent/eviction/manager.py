@@ -4,12 +4,15 @@ Differences from the kubelet, on purpose:
 - it wakes on kernel notifications (`wake`) and on an adaptive poll, not only every 10 s;
 - it evicts as many pods as the shortfall needs in one pass (estimating each victim's yield
   from its usage), waits for the kills to complete, and re-observes at once;
-- hard evictions kill at once (grace 0): being late means losing the race to the OOM killer.
+- hard evictions kill at once (grace 0): being late means losing the race to the OOM killer;
+- under disk pressure it deletes unused images only until the shortfall is covered (the kubelet
+  deletes every unused image), after the dead pods' data, and re-observes after each step.
 
 Progress, for the watchdog (daemonkit/progress.py): the loop completes a pass at least every
 `interval + max(1, evictionMaxPodGracePeriod) + PASS_SLACK_S` seconds. Between passes it sleeps
 at most `interval`; a pass may wait for its victims for their grace period, then for the kill
-(bounded in the runtime), and may walk pod directories for disk usage; PASS_SLACK_S covers those.
+(bounded in the runtime), may walk pod directories for disk usage and delete unused images;
+PASS_SLACK_S covers those.
 A loop past that bound is wedged (`stalled()`), and the agent stops its watchdog pings.
 """
 
@@ -29,6 +32,7 @@ from nodeagent.agent.eviction.evaluate import (
     EVICTION_REASON,
     EvictionState,
     admit_under_pressure,
+    image_reclaim_bytes,
     is_hard,
     reclaim_amount,
     step,
@@ -71,6 +75,14 @@ class PodsAccess(Protocol):
         ...
 
 
+class ImageReclaim(Protocol):
+    """What the eviction manager needs from the images (ImageManager implements it)."""
+
+    async def reclaim(self, bytes_needed: int) -> int:
+        """Delete unused images, least recently used first, until `bytes_needed` are freed; bytes freed."""
+        ...
+
+
 @dataclass
 class PassResult:
     """What one pass did (for logs, metrics and tests)."""
@@ -79,7 +91,8 @@ class PassResult:
     signal: str | None = None
     observed: Observation | None = None
     evicted: tuple[str, ...] = ()
-    reclaimed_bytes: int = 0
+    reclaimed_bytes: int = 0  # node garbage and images together
+    reclaimed_image_bytes: int = 0
 
 
 class EvictionManager:
@@ -95,7 +108,12 @@ class EvictionManager:
         max_pod_grace_period: int,
         interval: float,
         next_interval: Callable[[dict[str, Observation]], float] | None = None,
+        images: ImageReclaim | None = None,
+        dedicated_imagefs: Callable[[], bool] = lambda: False,
     ) -> None:
+        """`images`: unused images are deleted under disk pressure before pods are evicted;
+        `dedicated_imagefs`: imagefsPath is a filesystem of its own (then nodefs pressure
+        leaves images alone: see evaluate.image_reclaim_bytes)."""
         self.thresholds = list(thresholds)
         self.observe = observe
         self.pods = pods
@@ -105,6 +123,8 @@ class EvictionManager:
         self.max_pod_grace_period = max_pod_grace_period
         self.interval = interval
         self.next_interval = next_interval
+        self.images = images
+        self.dedicated_imagefs = dedicated_imagefs
         self.state = EvictionState()
         self.wake = asyncio.Event()
         self.last_observations: dict[str, Observation] = {}
@@ -174,13 +194,10 @@ class EvictionManager:
         observed = decision.observation
         amount = decision.amount
         result.signal = signal
-        if resource in DISK_RESOURCES:  # node-level garbage first, then look again
-            result.reclaimed_bytes = await self.pods.reclaim_node_garbage()
-            observations = self._observe()
-            if not thresholds_met([threshold], observations, enforce_min_reclaim=True):
-                log.info("eviction_reclaimed_node_garbage", signal=signal, bytes=result.reclaimed_bytes)
+        if resource in DISK_RESOURCES:  # node-level garbage first, then unused images, looking again after each
+            if await self._reclaim_node_level(threshold, result):
                 return self._done(result)
-            observed = observations[signal]
+            observed = self.last_observations[signal]
             amount = reclaim_amount(threshold, observed)
         evictable = self.pods.evictable_pods()
         self._evicted &= {p.pod.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
@@ -195,6 +212,31 @@ class EvictionManager:
         result.evicted = tuple(p.key for p in victims)
         self.wake.set()  # re-observe right after the kills completed
         return self._done(result)
+
+    async def _reclaim_node_level(self, threshold: Threshold, result: PassResult) -> bool:
+        """The kubelet's reclaimNodeLevelResources: dead containers' and pods' data, then (where
+        the signal's filesystem holds them) unused images; True when that resolved the threshold
+        (minReclaim included), so no pod is evicted."""
+        signal = threshold.signal
+        result.reclaimed_bytes = await self.pods.reclaim_node_garbage()
+        observations = self._observe()
+        if not thresholds_met([threshold], observations, enforce_min_reclaim=True):
+            log.info("eviction_reclaimed_node_garbage", signal=signal, bytes=result.reclaimed_bytes)
+            return True
+        needed = image_reclaim_bytes(threshold, observations.get(signal), dedicated_imagefs=self.dedicated_imagefs())
+        if self.images is None or needed <= 0:
+            return False
+        try:
+            result.reclaimed_image_bytes = await self.images.reclaim(needed)
+        except Exception:  # a failed image deletion must not keep the pods' eviction from happening
+            log.exception("eviction_image_reclaim_failed", signal=signal, bytes_needed=needed)
+            return False
+        result.reclaimed_bytes += result.reclaimed_image_bytes
+        observations = self._observe()
+        resolved = not thresholds_met([threshold], observations, enforce_min_reclaim=True)
+        log.info("eviction_reclaimed_images", signal=signal, bytes_needed=needed,
+                 bytes=result.reclaimed_image_bytes, resolved=resolved)
+        return resolved
 
     async def _evict(self, pod: Pod, threshold: Threshold, observed: Observation | None,
                      usage: dict[str, PodUsage], resource: str) -> None:

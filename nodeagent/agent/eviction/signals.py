@@ -24,6 +24,7 @@ from nodeagent.agent.eviction.observations import (
     Observation,
     PodUsage,
     fs_observations,
+    has_dedicated_imagefs,
     make_observations,
     memory_available,
     pid_available,
@@ -59,6 +60,8 @@ class NodeObserver:
     imagefs_path: str
     allocatable_memory: int | None  # the pods cgroup's enforced memory (allocatableMemory.available)
     now: Callable[[], float]
+    # imagefsPath on a device of its own, as the last observation found (the reclaim order depends on it)
+    dedicated_imagefs: bool = False
 
     def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
         """A reload: allocatableMemory.available is measured against the new enforced memory."""
@@ -83,6 +86,7 @@ class NodeObserver:
 
         nodefs = fs(self.nodefs_path)
         imagefs = fs(self.imagefs_path) if self.imagefs_path != self.nodefs_path else None
+        self.dedicated_imagefs = has_dedicated_imagefs(nodefs, imagefs)
         return fs_observations(nodefs, imagefs, self.now())
 
     def pids(self) -> Observation:

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from nodeagent.agent.config.settings import Config, RegistryConfig
+from nodeagent.agent.config.thresholds import Threshold
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images import errors as E
 from nodeagent.agent.images.backoff import PullBackoff, backoff_key
@@ -100,7 +101,9 @@ class ImageManager:
     def __init__(self, store: ImageStore, fetcher: Fetcher, events: EventRecorder, clock: Clock, *,
                  registries: Mapping[str, RegistryConfig] | None = None, gc_policy: GCPolicy | None = None,
                  reserve_bytes: int = 0, progress_timeout: float = 300.0, inspect_timeout: float = INSPECT_TIMEOUT_S,
-                 platform: tuple[str, str] | None = None) -> None:
+                 platform: tuple[str, str] | None = None, reserve_threshold: Threshold | None = None) -> None:
+        """No I/O here: `start()` opens the store. `reserve_threshold` (the imagefs.available hard
+        threshold) sets `reserve_bytes` from imagefs' capacity once `start()` has read it."""
         self.store = store
         self.fetcher = fetcher
         self.events = events
@@ -108,6 +111,8 @@ class ImageManager:
         self.registries = dict(registries or {})
         self.gc_policy = gc_policy or GCPolicy()
         self.reserve_bytes = reserve_bytes
+        self.reserve_threshold = reserve_threshold
+        self._capacity: int | None = None  # imagefs bytes, read by start()
         self.progress_timeout = progress_timeout
         self.inspect_timeout = inspect_timeout
         self.platform = platform or node_platform()
@@ -125,8 +130,26 @@ class ImageManager:
         for problem in problems:
             log.warning("image_store_problem", problem=problem)
         freed = await asyncio.to_thread(self.store.sweep)
-        log.info("image_store_opened", root=self.store.root, images=len(self.store.records()), swept_bytes=freed)
+        self._capacity, _ = await asyncio.to_thread(self.store.fs_stats)
+        self._apply_reserve()
+        log.info("image_store_opened", root=self.store.root, images=len(self.store.records()), swept_bytes=freed,
+                 reserve_bytes=self.reserve_bytes)
         return problems
+
+    def _apply_reserve(self) -> None:
+        if self.reserve_threshold is not None and self._capacity is not None:
+            self.reserve_bytes = self.reserve_threshold.value_for(self._capacity)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload: registries, the GC policy, the progress timeout and the reserve apply to the
+        next pull or pass (the store's place, imagefsPath, takes a restart)."""
+        self.registries = dict(config.image_registries)
+        self.gc_policy = gc_policy_of(config)
+        self.progress_timeout = config.image_pull_progress_timeout
+        self.reserve_threshold = reserve_threshold_of(config)
+        if self.reserve_threshold is None:
+            self.reserve_bytes = 0
+        self._apply_reserve()
 
     # ---- the pod worker's entry ----
     async def ensure(self, image: str, policy: str | None, pod: PodRef, *, field_path: str = "image",
@@ -296,6 +319,8 @@ class ImageManager:
                 await self.garbage_collect()
             except OSError as e:
                 log.warning("image_gc_failed", error=str(e))
+            except Exception:  # one bad pass must not end image GC (the task is a forever one)
+                log.exception("image_gc_failed")
 
     async def reclaim(self, bytes_needed: int) -> int:
         """Free at least `bytes_needed` on imagefs by removing unused images, least recently used
@@ -442,23 +467,28 @@ class ImageManager:
                 copy.cancel()
 
 
+def gc_policy_of(config: Config) -> GCPolicy:
+    return GCPolicy(config.image_gc_high_threshold_percent, config.image_gc_low_threshold_percent,
+                    config.image_minimum_gc_age, config.image_maximum_gc_age)
+
+
+def reserve_threshold_of(config: Config) -> Threshold | None:
+    """The imagefs.available hard threshold: every unpack keeps that much free."""
+    return next((t for t in config.hard_thresholds if t.signal == "imagefs.available"), None)
+
+
+def store_root(config: Config) -> str:
+    return os.path.join(config.imagefs_path or config.nodefs_path or config.state_dir, "images")
+
+
 def manager_from_config(config: Config, events: EventRecorder, clock: Clock) -> ImageManager:
     """The ImageManager a daemon runs: the store under `<imagefsPath>/images`, skopeo, the config's
-    registries and GC keys, and the imagefs.available hard threshold kept free by every unpack."""
-    root = os.path.join(config.imagefs_path or config.nodefs_path or config.state_dir, "images")
-    store = ImageStore(root, clock)
-    reserve = 0
-    try:
-        st = os.statvfs(os.path.dirname(root))
-        capacity = st.f_blocks * st.f_frsize
-        reserve = max((t.value_for(capacity) for t in config.hard_thresholds if t.signal == "imagefs.available"),
-                      default=0)
-    except OSError:
-        pass
-    policy = GCPolicy(config.image_gc_high_threshold_percent, config.image_gc_low_threshold_percent,
-                      config.image_minimum_gc_age, config.image_maximum_gc_age)
+    registries and GC keys, and the imagefs.available hard threshold kept free by every unpack.
+    No I/O: `start()` opens the store and reads imagefs' capacity for the reserve."""
+    store = ImageStore(store_root(config), clock)
     return ImageManager(store, Skopeo(workdir=store.tmp), events, clock, registries=config.image_registries,
-                        gc_policy=policy, reserve_bytes=reserve, progress_timeout=config.image_pull_progress_timeout)
+                        gc_policy=gc_policy_of(config), reserve_threshold=reserve_threshold_of(config),
+                        progress_timeout=config.image_pull_progress_timeout)
 
 
 class BackOffError(E.ImageError):
@@ -497,4 +527,5 @@ def _bytes_done(progress: Progress, blobs: str) -> int:
     return total
 
 
-__all__ = ["BackOffError", "GCResult", "ImageManager", "PodRef", "Progress", "manager_from_config", "node_platform"]
+__all__ = ["BackOffError", "GCResult", "ImageManager", "PodRef", "Progress", "gc_policy_of", "manager_from_config",
+           "node_platform", "reserve_threshold_of", "store_root"]

@@ -1,4 +1,5 @@
-"""NodeReporter: the Node object this agent reports, from fixed facts plus the pods cgroup's usage.
+"""NodeReporter: the Node object this agent reports, from fixed facts plus the pods cgroup's usage
+and the images on the node (`status.images`, given as a callable: node/ sits below images/).
 
 Capacity, node info and the node's name are read once by the daemon's factory and given here;
 `start()` reads the node's addresses (in a child process, see addresses.py); `node()` adds the
@@ -30,13 +31,16 @@ log = structlog.get_logger(__name__)
 
 class NodeReporter:
     def __init__(self, *, name: str, capacity: Capacity, allocatable: NodeAllocatable, driver: CgroupDriver,
-                 clock: Clock, node_info: dict[str, str], pressure: Callable[[], tuple[str, ...]]) -> None:
+                 clock: Clock, node_info: dict[str, str], pressure: Callable[[], tuple[str, ...]],
+                 images: Callable[[], list[dict[str, Any]]] | None = None) -> None:
+        """`images`: status.images as the kubelet reports them (ImageManager.node_images, in memory)."""
         self.name = name
         self.capacity = capacity
         self.allocatable = allocatable
         self.driver = driver
         self.node_info = node_info
         self.pressure = pressure  # the node conditions that hold now (the eviction manager's)
+        self.images = images
         self.addresses: list[dict[str, str]] = []
         self.tracker = ConditionTracker(clock)
 
@@ -75,4 +79,8 @@ class NodeReporter:
             disk_pressure=NODE_DISK_PRESSURE in conditions,
             pid_pressure=NODE_PID_PRESSURE in conditions,
         )
-        return build_node(inp, self.tracker)
+        node = build_node(inp, self.tracker)
+        images = self.images() if self.images is not None else []
+        if images:  # the kubelet's `images,omitempty`: a node without images has no key
+            node["status"]["images"] = images
+        return node
