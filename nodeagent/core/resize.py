@@ -119,6 +119,19 @@ def _changed(a: Resources, b: Resources, resource: str) -> bool:
     return a.requests.get(resource) != b.requests.get(resource) or a.limits.get(resource) != b.limits.get(resource)
 
 
+def memory_decrease_held(what: str, old_limit: int | None, new_limit: int | None, usage: int | None) -> str:
+    """Why a memory limit decrease is held back (usage above the new limit: cgroup v1 refuses the
+    write, v2 would OOM-kill), or "" when it may be written. `what` names the cgroup ("container
+    app", "pod"); None limits are unlimited, a None usage is unknown (not held)."""
+    decreasing = new_limit is not None and (old_limit is None or new_limit < old_limit)
+    if not decreasing or usage is None or new_limit is None or usage <= new_limit:
+        return ""
+    return (
+        f"{what}: memory usage {usage} is above the desired memory limit {new_limit}; "
+        f"the limit is not lowered until usage falls below it"
+    )
+
+
 def decide(
     desired: Sequence[Resources],
     allocated: Sequence[Resources],
@@ -199,15 +212,9 @@ def decide(
         restart = any(c.restart_policy(r) == RESTART_CONTAINER for r in changed)
         skipped = ""
         if not restart and "memory" in changed and memory_usage is not None:
-            new_limit = c.limits.get("memory")
-            old_limit = old.limits.get("memory")
-            usage = memory_usage.get(c.name)
-            decreasing = new_limit is not None and (old_limit is None or new_limit < old_limit)
-            if decreasing and usage is not None and new_limit is not None and usage > new_limit:
-                skipped = (
-                    f"container {c.name}: memory usage {usage} is above the desired memory limit {new_limit}; "
-                    f"the limit is not lowered until usage falls below it"
-                )
+            skipped = memory_decrease_held(
+                f"container {c.name}", old.limits.get("memory"), c.limits.get("memory"), memory_usage.get(c.name)
+            )
         live = (
             {}
             if restart
