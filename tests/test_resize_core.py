@@ -18,6 +18,7 @@ from nodeagent.core.resize import (
     Resources,
     conditions,
     decide,
+    memory_decrease_held,
     qos_class,
     resource_change_errors,
     resources_of,
@@ -314,3 +315,19 @@ def test_resource_change_errors_name_the_list() -> None:
     changed = [Resources("a", {"cpu": 500, "memory": GI, "ephemeral-storage": 1})]
     assert [e.path for e in resource_change_errors(old, changed, "spec.initContainers")] == [
         "spec.initContainers[0].resources.requests[ephemeral-storage]"]
+
+
+@pytest.mark.parametrize(("old", "new", "usage", "held"), [
+    (256, 128, 200, True),  # lowered below the usage
+    (256, 128, 128, False),  # down to the usage exactly: written
+    (256, 128, None, False),  # usage unknown
+    (None, 128, 200, True),  # from unlimited
+    (128, 256, 200, False),  # raised
+    (128, None, 200, False),  # to unlimited
+])
+def test_memory_decrease_held(old: int | None, new: int | None, usage: int | None, held: bool) -> None:
+    why = memory_decrease_held("container app", old, new, usage)
+    assert bool(why) is held
+    if held:
+        assert why == (f"container app: memory usage {usage} is above the desired memory limit {new}; "
+                       "the limit is not lowered until usage falls below it")
