@@ -40,6 +40,9 @@ class FakeCgroupDriver:
         self.fail_create: set[str] = set()  # paths whose create() raises OSError
         self.oom_kills: dict[str, int] = {}
         self.procs: dict[str, set[int]] = {}  # add_process(): recorded, not moved
+        self.memory: dict[str, tuple[int, int]] = {}  # memory_usage() per path: (usage, inactive file), else 0s
+        self.updates: list[tuple[str, CgroupSpec]] = []  # every update(), in order
+        self.refuse_memory_below_usage = False  # as cgroup v1: a memory limit under the usage is EBUSY
 
     @staticmethod
     def _key(path: str) -> str:
@@ -67,7 +70,11 @@ class FakeCgroupDriver:
         key = self._key(path)
         if key not in self.specs:
             raise OSError(errno.ENOENT, f"update {key}: no such cgroup")
+        usage = self.memory.get(key, (0, 0))[0]
+        if self.refuse_memory_below_usage and spec.memory_max is not None and spec.memory_max < usage:
+            raise OSError(errno.EBUSY, f"update {key}: memory limit {spec.memory_max} below usage {usage}")
         self.specs[key] = spec
+        self.updates.append((key, spec))
 
     def exists(self, path: str) -> bool:
         key = self._key(path)
@@ -107,7 +114,7 @@ class FakeCgroupDriver:
 
     def memory_usage(self, path: str) -> tuple[int, int]:
         self.stats(path)  # the same errors
-        return 0, 0
+        return self.memory.get(self._key(path), (0, 0))
 
     def oom_kill_count(self, path: str) -> int:
         return self.stats(path).oom_kills

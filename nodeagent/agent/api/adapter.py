@@ -69,6 +69,10 @@ class Backend(AgentBackend, SnapshotProvider):
     async def delete_pod(self, namespace: str, name: str, grace_period: int | None) -> dict[str, Any] | None:
         return await self.pods.delete_pod(namespace, name, grace_period)
 
+    async def resize_pod(self, namespace: str, name: str, patch: dict[str, Any],
+                         patch_type: str) -> dict[str, Any] | None:
+        return await self.pods.resize_pod(namespace, name, patch, patch_type)
+
     def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
         return self.pods.read_log(namespace, name, container, tail)
 

@@ -139,6 +139,35 @@ async def delete_pod(request: web.Request) -> web.Response:
     return web.json_response(pod)
 
 
+PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
+
+
+async def resize_pod(request: web.Request) -> web.Response:
+    """PATCH pods/{name}/resize (KEP-1287): the containers' cpu and memory, changed in place."""
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    if request.content_type not in PATCH_TYPES:
+        raise StatusError(415, "the body of the request was in an unknown format - accepted media types include: "
+                          + ", ".join(PATCH_TYPES), name=name)
+    raw = await request.read()
+    try:
+        patch = await asyncio.to_thread(decode_body, raw, "application/json")
+    except ValueError as e:
+        raise StatusError(400, str(e)) from None
+    if not isinstance(patch, dict):
+        raise StatusError(400, f"the patch must be a JSON object, not a JSON {_kind(patch)}")
+    try:
+        pod = await _backend(request).resize_pod(ns, name, patch, request.content_type)
+    except ValidationErrors as e:
+        raise invalid("Pod", name, e.errors) from None
+    except FieldError as e:
+        raise invalid("Pod", name, [e]) from None
+    except DurabilityError as e:
+        raise StatusError(500, str(e), reason="InternalError", name=name) from None
+    if pod is None:
+        raise _not_found(ns, name)
+    return web.json_response(pod)
+
+
 async def read_log(request: web.Request) -> web.Response:
     ns, name = request.match_info["ns"], request.match_info["name"]
     container = request.query.get("container") or None
@@ -190,6 +219,8 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authentica
     app.router.add_get(pod, get_pod)
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
+    app.router.add_get(pod + "/resize", get_pod)
+    app.router.add_patch(pod + "/resize", resize_pod)
     app.router.add_get("/api/v1/events", list_events)
     app.router.add_post("/api/v1/config/reload", reload_config)
     return app

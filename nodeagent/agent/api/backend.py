@@ -32,6 +32,13 @@ class AgentBackend(Protocol):
         """
         ...
 
+    async def resize_pod(self, namespace: str, name: str, patch: dict[str, Any],
+                         patch_type: str) -> dict[str, Any] | None:
+        """The pods/resize subresource: apply a strategic-merge or merge patch (`patch_type`, its
+        media type) of the containers' resources in place; the pod with its status, None if there
+        is no such pod. Raises ValidationErrors or FieldError (422), DurabilityError."""
+        ...
+
     async def delete_pod(self, namespace: str, name: str,
                          grace_period: int | None) -> dict[str, Any] | None:
         """Begin terminating the pod; None if there is no such pod."""

@@ -79,6 +79,10 @@ class PodCheckpoint:
     manifest: Mapping[str, Any]
     containers: tuple[ContainerCheckpoint, ...] = ()
     deletion: Deletion | None = None
+    # an in-place resize not yet carried through (pods/resize.py ResizeState.to_record): the
+    # patched spec's resources while they differ from the allocation (`manifest`), what the cgroups
+    # were last given where it differs from it, the restarts still owed
+    resize: Mapping[str, Any] | None = None
 
     def container(self, name: str) -> ContainerCheckpoint | None:
         return next((c for c in self.containers if c.name == name), None)
@@ -116,6 +120,8 @@ def record_to_data(record: PodCheckpoint) -> dict[str, Any]:
     if d is not None:
         data["deletion"] = {"gracePeriodSeconds": d.grace_period, "deadline": d.deadline, "remove": d.remove,
                             "reason": d.reason, "message": d.message}
+    if record.resize:
+        data["resize"] = record.resize
     return data
 
 
@@ -133,8 +139,11 @@ def record_from_data(data: Any) -> PodCheckpoint:
         deletion = None if d is None else Deletion(
             grace_period=float(d["gracePeriodSeconds"]), deadline=float(d["deadline"]), remove=bool(d["remove"]),
             reason=d.get("reason"), message=d.get("message"))
+        resize = data.get("resize")
+        if resize is not None and not isinstance(resize, dict):
+            raise ValueError(f"resize is {type(resize).__name__}, not an object")
         return PodCheckpoint(namespace=data["namespace"], name=data["name"], uid=str(data["uid"]),
-                             manifest=data["manifest"], containers=containers, deletion=deletion)
+                             manifest=data["manifest"], containers=containers, deletion=deletion, resize=resize)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise ValueError(f"malformed record: {type(e).__name__}: {e}") from None
 

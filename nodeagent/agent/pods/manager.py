@@ -39,6 +39,7 @@ from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, Durabilit
 from nodeagent.agent.pods.host_process import refuse_images
 from nodeagent.agent.pods.journal import CheckpointJournal
 from nodeagent.agent.pods.plan import PodPlan
+from nodeagent.agent.pods.resize import Resizes
 from nodeagent.agent.pods.stats_targets import stats_target
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.runtime import logs
@@ -88,6 +89,7 @@ class PodManager:
         self._lock = asyncio.Lock()
         self._qos_applied: dict[str, CgroupSpec] = {}
         self._recorded_uids: set[str] = set()  # every uid restore() read, even of a record it could not plan
+        self.resizes = Resizes(self, self._lock, self._changed)  # pods/resize: in-place resizes
 
     # ---- setup ----
     def setup_cgroups(self) -> None:
@@ -144,6 +146,7 @@ class PodManager:
                 self.terminate(worker, left, remove=d.remove, reason=d.reason, message=d.message)
         self.update_qos_cgroups()
         self.remove_orphan_cgroups()
+        self.resizes.restored()
         self.restore_problems = messages
         return messages
 
@@ -174,6 +177,7 @@ class PodManager:
         self._dirty.add((worker.pod.metadata.namespace, worker.pod.metadata.name))
         if self._saver is None or self._saver.done():
             self._saver = self._tasks.start(self._save_dirty(), name="checkpoints")
+        self.resizes.changed()  # a deferred resize may fit now
 
     async def _save_dirty(self) -> None:
         """Every dirty pod's record in one group commit, until nothing is dirty."""
@@ -270,6 +274,11 @@ class PodManager:
         self.update_qos_cgroups()
         log.info("pod_admitted", pod=pod.key, uid=pod.metadata.uid, qos=worker.plan.qos)
         return worker.to_dict()
+
+    async def resize_pod(self, namespace: str, name: str, patch: dict[str, Any],
+                         patch_type: str) -> dict[str, Any] | None:
+        """The pods/resize subresource (pods/resize.py); None if there is no such pod."""
+        return await self.resizes.resize(namespace, name, patch, patch_type)
 
     def list_pods(self) -> list[dict[str, Any]]:
         return [w.to_dict() for w in self.pods.values()]
@@ -385,6 +394,7 @@ class PodManager:
 
     async def detach_all(self) -> None:
         """Agent shutdown: checkpoint, then let go of every process (they keep running)."""
+        await self.resizes.close()
         for w in self.pods.values():
             self._changed(w)
         await self.flush()

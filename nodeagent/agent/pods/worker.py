@@ -58,6 +58,7 @@ from nodeagent.agent.lifecycle.termination_message import termination_message
 from nodeagent.agent.node.procfs import is_same_process
 from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, Deletion, PodCheckpoint
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
+from nodeagent.agent.pods.resize import ResizeState
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
@@ -180,6 +181,7 @@ class PodWorker:
         self._kicked = False
         self._detached = False
         self._init_failed: str | None = None
+        self.resize = ResizeState()  # in-place resizes (resize.py); `plan` is the allocation
         self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
 
     @property
@@ -189,10 +191,10 @@ class PodWorker:
     # ---- lifecycle ----
     def create_cgroups(self) -> None:
         """Pod cgroup, then one child per container (init containers too), each with its limits (idempotent)."""
-        driver = self.env.driver
-        driver.create(self.plan.cgroup_path, self.plan.cgroup_spec)
+        driver = self.env.driver  # a resize not carried through yet: the looser of both (resize.py)
+        driver.create(self.plan.cgroup_path, self.resize.pod_cgroup_spec(self.plan))
         for c in self.plan.all_containers:
-            driver.create(c.cgroup_path, c.cgroup_spec)
+            driver.create(c.cgroup_path, self.resize.container_cgroup_spec(c))
 
     def _container_worker(self, c: ContainerPlan) -> ContainerWorker:
         logs.prepare_log_dir(c.config.log_dir)
@@ -215,6 +217,8 @@ class PodWorker:
         (and among `shims`, adoption.scan_shims) before anything is started: it may have been
         spawned after the last record. A recorded deletion holds every start back."""
         self.started = True
+        if record is not None:
+            self.resize.restore(record.resize, self.plan)
         self.create_cgroups()
         if record is not None and record.deletion is not None:
             self.deletion = self.recorded_deletion = record.deletion
@@ -490,6 +494,17 @@ class PodWorker:
         finally:
             self._killing.discard(name)
 
+    def container_running(self, name: str) -> bool:
+        w = self.workers.get(name)
+        return w is not None and w.pid is not None and isinstance(w.status.state, Running)
+
+    async def restart_container(self, name: str) -> None:
+        """Kill the container's current run so its supervisor starts it again (a resize whose
+        resizePolicy says RestartContainer); returns once that run is gone."""
+        w = self.workers.get(name)
+        if w is not None and w.pid is not None:
+            await self._restart(name, None, w.status.container_id)
+
     # ---- stopping ----
     async def _stop_one(self, c: ContainerPlan, grace: float) -> None:
         w = self.workers.get(c.name)
@@ -629,7 +644,8 @@ class PodWorker:
                            for name, w in self.workers.items())
         meta = self.pod.metadata
         return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
-                             manifest=self.pod.to_dict(), containers=containers, deletion=self.deletion)
+                             manifest=self.pod.to_dict(), containers=containers, deletion=self.deletion,
+                             resize=self.resize.to_record())
 
     def _refresh_conditions(self) -> None:
         if self.probes is not None:
@@ -673,6 +689,7 @@ class PodWorker:
         if message:
             status["message"] = message
         out["status"] = status
+        self.resize.decorate(out, self.plan)
         return out
 
 

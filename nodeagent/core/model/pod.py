@@ -86,6 +86,19 @@ class ResourceRequirements(KubeModel):
     limits: dict[str, QuantityField] = {}
 
 
+ResizeResource = Annotated[Literal["cpu", "memory"], one_of("cpu", "memory")]
+ResizeRestartPolicy = Annotated[
+    Literal["NotRequired", "RestartContainer"], one_of("NotRequired", "RestartContainer")
+]
+
+
+class ContainerResizePolicy(KubeModel):
+    """What an in-place resize of one resource does to the running container (KEP-1287)."""
+
+    resource_name: ResizeResource
+    restart_policy: ResizeRestartPolicy = "NotRequired"
+
+
 class Container(KubeModel):
     name: Label
     command: Annotated[
@@ -103,6 +116,7 @@ class Container(KubeModel):
     termination_message_path: Text = DEFAULT_TERMINATION_MESSAGE_PATH
     termination_message_policy: TerminationMessagePolicy = "File"
     restart_policy: ContainerRestartPolicy | None = None  # init containers only: a sidecar
+    resize_policy: list[ContainerResizePolicy] = []  # per resource: NotRequired (live) or RestartContainer
     # Kubernetes fields with no meaning here: kept as given, never acted on.
     image: str | None = None
     image_pull_policy: str | None = None

@@ -125,6 +125,14 @@ def _container_errors(path: str, c: Container, grace: int, *, init: bool) -> lis
     errs += env_from_errors(f"{path}.envFrom", c.env_from)
     if c.restart_policy is not None and not init:
         errs.append(FieldError(f"{path}.restartPolicy", "Forbidden: may not be set for non-init containers"))
+    seen: set[str] = set()
+    for i, policy in enumerate(c.resize_policy):  # validateResizePolicy
+        if policy.resource_name in seen:
+            errs.append(FieldError(f"{path}.resizePolicy[{i}].resourceName",
+                                   f"Duplicate value: {quote(policy.resource_name)}"))
+        seen.add(policy.resource_name)
+    if init and not c.is_sidecar and c.resize_policy:
+        errs.append(FieldError(f"{path}.resizePolicy", _INIT_ONLY_WITH_ALWAYS))
     probes = (("livenessProbe", c.liveness_probe, "liveness"), ("readinessProbe", c.readiness_probe, "readiness"),
               ("startupProbe", c.startup_probe, "startup"))
     if init and not c.is_sidecar:
