@@ -560,10 +560,14 @@ class Resizes:
 
     # -- retries --
     def changed(self) -> None:
-        """A pod moved (added, resized, stopped, removed): a deferred resize may fit now."""
+        """A pod moved (added, resized, stopped, removed): a deferred resize may fit now.
+
+        Called on every change of every pod, so it is free when no resize waits: the retry
+        loop runs exactly while one does (resize() and restored() start it)."""
+        if self._loop is None or self._loop.done():
+            return
         if any(w.resize.deferred for w in self.manager.pods.values()):
             self._kick.set()
-            self._wake()
 
     def _waiting(self) -> bool:
         return any((w.resize.deferred or w.resize.unactuated) and not w.terminal for w in self.manager.pods.values())
