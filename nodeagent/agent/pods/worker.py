@@ -175,6 +175,7 @@ class PodWorker:
         self._killing: set[str] = set()
         self._stopping: set[str] = set()  # sidecars stopped by the sequence
         self._messages: dict[str, dict[str, str]] = {}  # container -> {container ID: termination message}
+        self._manifest: tuple[Pod, dict[str, Any]] | None = None  # the pod's dict, written in every record
         self._exec_targets: dict[str, ExecTarget] = {}
         self._reported: set[str] = set()  # containers whose config error was recorded as an event
         self._restoring = False
@@ -642,9 +643,12 @@ class PodWorker:
     def record(self) -> PodCheckpoint:
         containers = tuple(_container_record(name, w, self.env.clock, self._shown_exit(name))
                            for name, w in self.workers.items())
-        meta = self.pod.metadata
+        pod = self.pod
+        if self._manifest is None or self._manifest[0] is not pod:  # a frozen model: dumped once per pod object
+            self._manifest = (pod, pod.to_dict())
+        meta = pod.metadata
         return PodCheckpoint(namespace=meta.namespace, name=meta.name, uid=meta.uid,
-                             manifest=self.pod.to_dict(), containers=containers, deletion=self.deletion,
+                             manifest=self._manifest[1], containers=containers, deletion=self.deletion,
                              resize=self.resize.to_record())
 
     def _refresh_conditions(self) -> None:
