@@ -7,7 +7,7 @@ Kubernetes envelope's magic and media type), yamlerrors (one wording for a YAML 
 one), auth (bearer tokens, client certificates, the Unix socket, loopback rules, TLS), tasks
 (guarded background tasks), progress (what "making progress" means for each component: heartbeats,
 bounded steps, the monitor the watchdog asks), sdnotify (systemd readiness and watchdog), logsetup
-(structlog).
+(structlog), heap (the start-up heap frozen out of the cyclic collector's reach).
 
 May import: core.
 """
