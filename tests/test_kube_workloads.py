@@ -273,7 +273,7 @@ async def test_job_and_cronjob_tables(api) -> None:
                    {"metadata": {"name": "tick"}, "spec": {"schedule": "@hourly", "jobTemplate": {
                        "spec": {"template": template({}, "OnFailure")}}}})
     table = await (await api.get("/apis/batch/v1/namespaces/default/cronjobs", headers={"Accept": TABLE})).json()
-    assert table["rows"][0]["cells"][:6] == ["tick", "@hourly", "<none>", False, 0, "<none>"]
+    assert table["rows"][0]["cells"][:6] == ["tick", "@hourly", "<none>", "False", 0, "<none>"]
 
 
 async def test_discovery_lists_the_workloads(api) -> None:

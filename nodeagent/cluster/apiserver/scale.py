@@ -31,6 +31,14 @@ SCALE_INFO = ResourceInfo("autoscaling", "v1", "Scale", "scale", "scale", True) 
 SCALE_PATCHES = ("json", "merge", "strategic")
 
 
+def manager_or_user_agent(ctx: Context, request: web.Request) -> None:
+    """managerOrUserAgent: without ?fieldManager the writer is named by its User-Agent's prefix
+    (`kubectl` for kubectl scale), printable characters only, at most 128."""
+    if not ctx.field_manager:
+        prefix = request.headers.get("User-Agent", "").split("/", 1)[0]
+        ctx.field_manager = "".join(c for c in prefix if c.isprintable())[:128]
+
+
 def to_scale(obj: Obj) -> Obj:
     """scaleFromDeployment & co: the object's identity, desired and observed replicas, selector."""
     meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
@@ -88,6 +96,7 @@ async def scale_handler(request: web.Request, gs: GenericStore, ri: RequestInfo,
         return json_response(to_scale(await gs.get(namespace, ri.name, request.query.get("resourceVersion", ""))))
     if ri.verb == "update":
         ctx = request_context(request, "UpdateOptions")
+        manager_or_user_agent(ctx, request)
         replicas, rv = parse_scale((await read_body(request)).value, ri.name)
         obj = await gs.guaranteed_update(namespace, ri.name, lambda old: _with_replicas(gs, old, replicas, rv), ctx,
                                          subresource="scale")
@@ -105,6 +114,7 @@ async def _patch(request: web.Request, gs: GenericStore, ri: RequestInfo, namesp
     if patch_type not in SCALE_PATCHES or patcher is None:
         raise errors.unsupported_media_type(ctype, [t for t, p in PATCH_CONTENT_TYPES.items() if p in SCALE_PATCHES])
     ctx = request_context(request, "PatchOptions")
+    manager_or_user_agent(ctx, request)
     patch = (await read_body(request, media="json")).value
 
     def mutate(old: Obj) -> Obj:

@@ -297,6 +297,6 @@ class CronJobStrategy(Strategy):
         active = status.get("active")
         last = status.get("lastScheduleTime")
         return [obj["metadata"].get("name", ""), str(spec.get("schedule", "")), spec.get("timeZone") or "<none>",
-                bool(spec.get("suspend")), len(active) if isinstance(active, list) else 0,
+                "True" if spec.get("suspend") is True else "False", len(active) if isinstance(active, list) else 0,
                 since(last, now_wall) if last else "<none>", age(obj, now_wall), containers, images,
                 format_selector(job_spec.get("selector") if isinstance(job_spec, Mapping) else None)]
