@@ -204,3 +204,50 @@ def test_official_client_apps_and_batch(server: Server) -> None:
         metadata=client.V1ObjectMeta(name="b"), spec=client.V1PodDisruptionBudgetSpec(
             max_unavailable="50%", selector=client.V1LabelSelector(match_labels=labels))))
     assert pdb.status.disruptions_allowed == 0 and pdb.spec.max_unavailable == "50%"
+
+
+def test_rollout_edits_describe_and_the_other_apps_kinds(server: Server) -> None:
+    ns = namespace(server, "more")
+    server.kubectl("-n", ns, "create", "deployment", "app", "--image=nginx:1.26", "--port=8080", "--", "sleep", "60")
+    live = json.loads(server.kubectl("-n", ns, "get", "deploy", "app", "-o", "json").stdout)
+    container = live["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["sleep", "60"] and container["ports"] == [{"containerPort": 8080,
+                                                                               "protocol": "TCP"}]
+    server.kubectl("-n", ns, "set", "image", "deploy/app", "nginx=nginx:1.27")
+    server.kubectl("-n", ns, "rollout", "pause", "deploy/app")
+    server.kubectl("-n", ns, "rollout", "restart", "deploy/app", check=False)  # refused by kubectl while paused
+    server.kubectl("-n", ns, "rollout", "resume", "deploy/app")
+    server.kubectl("-n", ns, "rollout", "restart", "deploy/app")
+    live = json.loads(server.kubectl("-n", ns, "get", "deploy", "app", "-o", "json").stdout)
+    assert live["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.27"
+    assert "kubectl.kubernetes.io/restartedAt" in live["spec"]["template"]["metadata"]["annotations"]
+    assert live["metadata"]["generation"] == 5 and not live["spec"].get("paused")
+    out = server.kubectl("-n", ns, "describe", "deploy", "app").stdout
+    assert "Name:                   app" in out and "RollingUpdateStrategy:  25% max unavailable, 25% max surge" in out
+
+    labels = {"app": "db"}
+    tmpl = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "db", "image": "postgres:17"}]}}
+    objs = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+             "spec": {"serviceName": "db", "replicas": 3, "selector": {"matchLabels": labels}, "template": tmpl}},
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+             "spec": {"selector": {"matchLabels": labels}, "template": tmpl}},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},
+             "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": tmpl}}]
+    server.kubectl("-n", ns, "apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objs))
+    table = rows(server.kubectl("-n", ns, "get", "sts").stdout)
+    assert table[0] == ["NAME", "READY", "AGE"] and table[1][:2] == ["db", "0/3"]
+    table = rows(server.kubectl("-n", ns, "get", "ds").stdout)
+    assert table[0] == ["NAME", "DESIRED", "CURRENT", "READY", "UP-TO-DATE", "AVAILABLE", "NODE", "SELECTOR", "AGE"]
+    assert table[1][:7] == ["agent", "0", "0", "0", "0", "0", "<none>"]
+    table = rows(server.kubectl("-n", ns, "get", "rs").stdout)
+    assert table[0] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"] and table[1][:4] == ["rs", "2", "0", "0"]
+    server.kubectl("-n", ns, "scale", "sts/db", "rs/rs", "--replicas=1")
+    out = server.kubectl("-n", ns, "get", "sts/db", "rs/rs", "-o", "jsonpath={.items[*].spec.replicas}").stdout
+    assert out == "1 1"
+    res = server.kubectl("-n", ns, "scale", "ds/agent", "--replicas=2", check=False)
+    assert res.returncode != 0
+    res = server.kubectl("-n", ns, "apply", "-f", "-", check=False, input=json.dumps(
+        {**objs[0], "spec": {**objs[0]["spec"], "replica": 2}}))
+    assert res.returncode != 0 and 'unknown field "spec.replica"' in res.stderr
+    names = set(server.kubectl("-n", ns, "get", "all", "-o", "name").stdout.split())
+    assert {"deployment.apps/app", "statefulset.apps/db", "daemonset.apps/agent", "replicaset.apps/rs"} <= names

@@ -206,6 +206,9 @@ def default_pod_spec(spec: Obj, restart_policy: str = "Always") -> None:
                 continue
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
+            for port in c.get("ports") or ():
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
             image = c.get("image")
             if isinstance(image, str) and image:
                 tag = image.rsplit("/", 1)[-1]
