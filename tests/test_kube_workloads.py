@@ -297,3 +297,82 @@ def test_selector_strings() -> None:
                                 {"key": "d", "operator": "DoesNotExist"}, {"key": "aa", "operator": "Exists"}]}
     assert selector_string(sel) == "a=1,aa,b=2,c in (x,y),!d"
     assert format_selector({}) == "<none>" and format_selector(None) == "<none>"
+
+
+# ---- updates: what may not change ------------------------------------------------------------------
+JOBS = "/apis/batch/v1/namespaces/default/jobs"
+
+
+async def test_job_updates(api) -> None:
+    job = await _created(api, JOBS, {"metadata": {"name": "j"}, "spec": {"completions": 2,
+                                                                        "template": template({}, "Never")}})
+    resp = await api.patch(f"{JOBS}/j", json={"spec": {"template": {"spec": {"containers": [
+        {"name": "web", "image": "nginx:2"}]}}}}, headers=MERGE)
+    await _invalid(resp, "spec.template", "field is immutable")
+    await _invalid(await api.patch(f"{JOBS}/j", json={"spec": {"completions": 3}}, headers=MERGE),
+                   "spec.completions", "field is immutable")
+    resp = await api.patch(f"{JOBS}/j", json={"spec": {"parallelism": 5, "suspend": True}}, headers=MERGE)
+    out = await resp.json()
+    assert resp.status == 200 and out["spec"]["parallelism"] == 5 and out["metadata"]["generation"] == 2
+    resp = await api.patch(f"{JOBS}/j", json={"spec": {"template": {"spec": {"nodeSelector": {"z": "a"}}}}},
+                           headers=MERGE)
+    assert resp.status == 200, await resp.text()  # a suspended job's template may change
+    body = {"metadata": {"name": "manual"}, "spec": {"selector": {"matchLabels": {"a": "b"}},
+                                                      "template": template({"a": "b"}, "Never")}}
+    await _invalid(await api.post(JOBS, json=body), "spec.selector", "`selector` not auto-generated")
+    body["spec"]["manualSelector"] = True
+    manual = await _created(api, JOBS, body)
+    assert manual["spec"]["selector"] == {"matchLabels": {"a": "b"}}
+    assert manual["spec"]["template"]["metadata"]["labels"] == {"a": "b"}
+    await _invalid(await api.post(JOBS, json={"metadata": {"name": "ix"}, "spec": {
+        "completionMode": "Indexed", "parallelism": 2, "template": template({}, "Never")}}),
+        "spec.completions", "when completion mode is Indexed")
+    assert job["metadata"]["generation"] == 1
+
+
+async def test_statefulset_and_revision_updates(api) -> None:
+    path = "/apis/apps/v1/namespaces/default/statefulsets"
+    await _created(api, path, {"metadata": {"name": "db"}, "spec": {
+        "serviceName": "db", "selector": {"matchLabels": {"a": "db"}}, "template": template({"a": "db"})}})
+    await _invalid(await api.patch(f"{path}/db", json={"spec": {"serviceName": "other"}}, headers=MERGE),
+                   "spec.serviceName", "field is immutable")
+    resp = await api.patch(f"{path}/db", json={"spec": {"updateStrategy": {"type": "Sometimes"}}}, headers=MERGE)
+    await _invalid(resp, "spec.updateStrategy.type", '"Sometimes"')
+    revs = "/apis/apps/v1/namespaces/default/controllerrevisions"
+    await _invalid(await api.post(revs, json={"metadata": {"name": "r"}, "data": {}}), "revision", "Required")
+    rev = await _created(api, revs, {"metadata": {"name": "r", "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u1", "controller": True}]},
+        "data": {"spec": {"x": 1}}, "revision": 1})
+    rev["data"] = {"spec": {"x": 2}}
+    await _invalid(await api.put(f"{revs}/r", json=rev), "data", "field is immutable")
+    table = await (await api.get(revs, headers={"Accept": TABLE})).json()
+    assert table["rows"][0]["cells"][:3] == ["r", "statefulset.apps/db", 1]
+
+
+async def test_daemonset_validation(api) -> None:
+    path = "/apis/apps/v1/namespaces/default/daemonsets"
+    body = {"metadata": {"name": "ds"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template(
+        {"a": "b"}), "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "0%"}}}}
+    await _invalid(await api.post(path, json=body), "spec.updateStrategy.rollingUpdate.maxUnavailable",
+                   "may not be 0 when `maxSurge` is 0")
+    body["spec"]["updateStrategy"] = {"type": "OnDelete"}
+    body["spec"]["template"]["spec"]["nodeSelector"] = {"disk": "ssd"}
+    await _created(api, path, body)
+    table = await (await api.get(path, headers={"Accept": TABLE})).json()
+    assert table["rows"][0]["cells"][:7] == ["ds", 0, 0, 0, 0, 0, "disk=ssd"]
+    assert (await api.get(f"{path}/ds/scale")).status == 404
+
+
+async def test_scale_needs_a_scale_body(api) -> None:
+    await _created(api, DEPLOYS, deployment())
+    resp = await api.put(f"{DEPLOYS}/web/scale", json={"kind": "Deployment", "spec": {"replicas": 1}})
+    assert resp.status == 400
+    resp = await api.put(f"{DEPLOYS}/web/scale", json={"metadata": {"name": "other"}, "spec": {"replicas": 1}})
+    assert resp.status == 400
+    resp = await api.patch(f"{DEPLOYS}/web/scale?fieldManager=x", json={"spec": {"replicas": 1}},
+                           headers={"Content-Type": "application/apply-patch+yaml"})
+    assert resp.status == 415
+    resp = await api.put(f"{DEPLOYS}/web/scale?dryRun=All", json={"spec": {"replicas": 9}})
+    assert resp.status == 200 and (await resp.json())["spec"]["replicas"] == 9
+    assert (await (await api.get(f"{DEPLOYS}/web")).json())["spec"]["replicas"] == 2
+    assert (await api.delete(f"{DEPLOYS}/web/scale")).status == 405

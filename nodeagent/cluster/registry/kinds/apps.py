@@ -65,6 +65,7 @@ class WorkloadStrategy(Strategy):
 
     has_status = True
     generation = True
+    spec_subresources = ("scale",)
     restart_policies: ClassVar[tuple[str, ...]] = ALWAYS
     status_counts: ClassVar[tuple[str, ...]] = ()
     selector_kind: ClassVar[str] = "deployment"
