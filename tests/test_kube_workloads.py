@@ -97,6 +97,10 @@ async def test_other_apps_defaults(api) -> None:
     assert sts["spec"]["podManagementPolicy"] == "OrderedReady" and sts["spec"]["replicas"] == 1
     assert sts["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    explicit = await _created(api, "/apis/apps/v1/namespaces/default/statefulsets", {
+        "metadata": {"name": "db2"}, "spec": {"selector": {"matchLabels": {"a": "db"}}, "template": template(
+            {"a": "db"}), "updateStrategy": {"type": "RollingUpdate"}}})
+    assert explicit["spec"]["updateStrategy"] == {"type": "RollingUpdate"}  # as SetDefaults_StatefulSet
 
 
 async def test_job_defaults_and_generated_selector(api) -> None:
@@ -105,10 +109,11 @@ async def test_job_defaults_and_generated_selector(api) -> None:
     spec, uid = job["spec"], job["metadata"]["uid"]
     assert (spec["completions"], spec["parallelism"], spec["backoffLimit"]) == (1, 1, 6)
     assert spec["completionMode"] == "NonIndexed" and spec["suspend"] is False
-    assert spec["podReplacementPolicy"] == "TerminatingOrFailed"
+    assert spec["podReplacementPolicy"] == "TerminatingOrFailed" and spec["manualSelector"] is False
     assert spec["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
     assert spec["template"]["metadata"]["labels"] == {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
                                                       "batch.kubernetes.io/job-name": "pi", "job-name": "pi"}
+    assert job["metadata"]["labels"] == spec["template"]["metadata"]["labels"]
     par = await _created(api, "/apis/batch/v1/namespaces/default/jobs",
                          {"metadata": {"name": "par"}, "spec": {"parallelism": 3, "template": template({}, "Never")}})
     assert par["spec"]["parallelism"] == 3 and "completions" not in par["spec"]

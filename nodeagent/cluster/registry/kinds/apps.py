@@ -282,11 +282,12 @@ class StatefulSetStrategy(WorkloadStrategy):
         spec.setdefault("podManagementPolicy", "OrderedReady")
         strategy = spec.setdefault("updateStrategy", {})
         if isinstance(strategy, dict):
-            strategy.setdefault("type", "RollingUpdate")
-            if strategy["type"] == "RollingUpdate":
-                rolling = strategy.setdefault("rollingUpdate", {})
-                if isinstance(rolling, dict):
-                    rolling.setdefault("partition", 0)
+            if not strategy.get("type"):  # rollingUpdate is created only along with a defaulted type
+                strategy["type"] = "RollingUpdate"
+                strategy.setdefault("rollingUpdate", {})
+            rolling = strategy.get("rollingUpdate")
+            if strategy["type"] == "RollingUpdate" and isinstance(rolling, dict):
+                rolling.setdefault("partition", 0)
         spec.setdefault("revisionHistoryLimit", 10)
         spec.setdefault("persistentVolumeClaimRetentionPolicy", {"whenDeleted": "Retain", "whenScaled": "Retain"})
 

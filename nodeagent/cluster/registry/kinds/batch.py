@@ -59,6 +59,13 @@ def job_spec_defaults(spec: dict[str, Any]) -> None:
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+    spec.setdefault("manualSelector", False)
+    rules = get_path(spec, "podFailurePolicy", "rules")
+    for rule in rules if isinstance(rules, list) else ():
+        patterns = rule.get("onPodConditions") if isinstance(rule, dict) else None
+        for pattern in patterns if isinstance(patterns, list) else ():
+            if isinstance(pattern, dict) and not pattern.get("status"):
+                pattern["status"] = "True"
     default_template(spec.get("template"))
 
 
@@ -127,6 +134,14 @@ class JobStrategy(WorkloadStrategy):
                         labels.setdefault(LEGACY_JOB_NAME, name)
         if spec.get("selector") is None:
             spec["selector"] = {"matchLabels": {CONTROLLER_UID: uid}}
+
+    def default(self, obj: Obj) -> None:
+        """SetDefaults_Job, which also gives a Job without labels its template's labels (upstream
+        runs it again on every read, so the generated ones show on the Job too)."""
+        super().default(obj)
+        labels = get_path(obj, "spec", "template", "metadata", "labels")
+        if isinstance(labels, dict) and labels and not obj["metadata"].get("labels"):
+            obj["metadata"]["labels"] = dict(labels)
 
     def default_spec(self, spec: dict[str, Any]) -> None:
         job_spec_defaults(spec)
