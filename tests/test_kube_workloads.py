@@ -381,3 +381,19 @@ async def test_scale_needs_a_scale_body(api) -> None:
     assert resp.status == 200 and (await resp.json())["spec"]["replicas"] == 9
     assert (await (await api.get(f"{DEPLOYS}/web")).json())["spec"]["replicas"] == 2
     assert (await api.delete(f"{DEPLOYS}/web/scale")).status == 405
+
+
+@pytest.mark.parametrize(("conditions", "deleting", "shown"), [
+    ([], False, "Running"),
+    ([{"type": "Complete", "status": "True"}], True, "Complete"),
+    ([{"type": "Failed", "status": "True"}, {"type": "Complete", "status": "False"}], False, "Failed"),
+    ([{"type": "Suspended", "status": "True"}], True, "Terminating"),
+    ([{"type": "Suspended", "status": "True"}, {"type": "FailureTarget", "status": "True"}], False, "Suspended"),
+    ([{"type": "FailureTarget", "status": "True"}], False, "FailureTarget"),
+    ([{"type": "Suspended", "status": "False"}], False, "Running"),
+])
+def test_job_status_column(conditions: list, deleting: bool, shown: str) -> None:
+    from nodeagent.cluster.registry.kinds.batch import job_status
+
+    meta = {"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {}
+    assert job_status({"metadata": meta, "status": {"conditions": conditions}}) == shown

@@ -206,7 +206,7 @@ def job_status(job: Mapping[str, Any]) -> str:
         return "Failed"
     if (job.get("metadata") or {}).get("deletionTimestamp"):
         return "Terminating"
-    for kind in ("FailureTarget", "SuccessCriteriaMet", "Suspended"):
+    for kind in ("Suspended", "FailureTarget", "SuccessCriteriaMet"):
         if true(kind):
             return kind
     return "Running"
