@@ -130,6 +130,17 @@ def test_jobs_cronjobs_pdbs_and_get_all(server: Server) -> None:
     assert table[0] == ["NAME", "MIN", "AVAILABLE", "MAX", "UNAVAILABLE", "ALLOWED", "DISRUPTIONS", "AGE"]
     assert table[1][:4] == ["budget", "1", "N/A", "0"]
 
+    server.kubectl("-n", ns, "create", "pdb", "half", "--selector=app=web", "--max-unavailable=50%")
+    half = json.loads(server.kubectl("-n", ns, "get", "pdb", "half", "-o", "json").stdout)
+    assert half["spec"]["maxUnavailable"] == "50%" and "minAvailable" not in half["spec"]
+    server.kubectl("-n", ns, "delete", "pdb", "half")
+    out = server.kubectl("-n", ns, "create", "job", "manual", "--from=cronjob/tick").stdout
+    assert out.strip() == "job.batch/manual created"
+    manual = json.loads(server.kubectl("-n", ns, "get", "job", "manual", "-o", "json").stdout)
+    assert manual["metadata"]["annotations"]["cronjob.kubernetes.io/instantiate"] == "manual"
+    assert manual["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
+    assert manual["spec"]["template"]["spec"]["containers"][0]["command"] == ["date"]
+    server.kubectl("-n", ns, "delete", "job", "manual")
     names = {line.split()[0] for line in server.kubectl("-n", ns, "get", "all", "-o", "name").stdout.split("\n")
              if line}
     assert {"deployment.apps/web", "job.batch/pi", "cronjob.batch/tick"} <= names
