@@ -294,6 +294,12 @@ async def test_discovery_lists_the_workloads(api) -> None:
     assert policy["poddisruptionbudgets"]["shortNames"] == ["pdb"]
     agg = await (await api.get("/apis", headers={"Accept": V2})).json()
     assert {"apps", "batch", "policy"} <= {g["metadata"]["name"] for g in agg["items"]}
+    apps_v1 = next(g for g in agg["items"] if g["metadata"]["name"] == "apps")["versions"][0]["resources"]
+    deploy = next(r for r in apps_v1 if r["resource"] == "deployments")
+    assert deploy["shortNames"] == ["deploy"] and deploy["categories"] == ["all"]
+    assert {s["subresource"]: s["responseKind"] for s in deploy["subresources"]} == {
+        "status": {"group": "apps", "version": "v1", "kind": "Deployment"},
+        "scale": {"group": "autoscaling", "version": "v1", "kind": "Scale"}}
 
 
 def test_selector_strings() -> None:
