@@ -61,6 +61,12 @@ def test_create_get_scale_delete_deployment(server: Server) -> None:
     assert ("kubectl", "scale") in managers, managers
     scale = json.loads(server.kubectl("get", "--raw", f"/apis/apps/v1/namespaces/{ns}/deployments/web/scale").stdout)
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 5 and scale["status"]["selector"] == "app=web"
+    table = rows(server.kubectl("-n", ns, "get", "deploy", "web", "--subresource=scale").stdout)
+    assert table[0] == ["NAME", "DESIRED", "AVAILABLE", "AGE"] and table[1][:3] == ["web", "5", "0"]
+    out = server.kubectl("-n", ns, "patch", "deploy", "web", "--subresource=scale", "--type=merge",
+                         "-p", '{"spec":{"replicas":6}}').stdout
+    assert out.strip() == "scale.autoscaling/web patched"
+    server.kubectl("-n", ns, "scale", "deploy", "web", "--replicas=5")
     res = server.kubectl("-n", ns, "scale", "deploy", "web", "--replicas=-1", check=False)
     assert res.returncode != 0
     res = server.kubectl("-n", ns, "scale", "deploy", "web", "--replicas=3", "--current-replicas=4", check=False)

@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from nodeagent.cluster.apiserver.encoding import json_response
+from nodeagent.cluster.apiserver.negotiation import choose_output
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
-from nodeagent.cluster.apiserver.resources import read_body, request_context
+from nodeagent.cluster.apiserver.resources import include_object, read_body, request_context
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.kinds.workloads import MAX_INT32, is_int, selector_string
@@ -24,11 +25,17 @@ from nodeagent.cluster.registry.options import Context
 from nodeagent.cluster.registry.plugins import PATCH_CONTENT_TYPES, ApplyConflict, PatchError
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.registry.strategy import Obj
+from nodeagent.cluster.registry.table import AGE, Column, IncludeObject, age, row, table
 from nodeagent.core.errors import FieldError
 from nodeagent.core.names import invalid
 
 SCALE_INFO = ResourceInfo("autoscaling", "v1", "Scale", "scale", "scale", True)  # the patcher's schema lookup
 SCALE_PATCHES = ("json", "merge", "strategic")
+SCALE_COLUMNS = (Column("Name", description="Name must be unique within a namespace."),
+                 Column("Desired", type="integer", description="replicas is the desired number of instances for the "
+                                                               "scaled object."),
+                 Column("Available", type="integer", description="replicas is the actual number of observed instances "
+                                                                 "of the scaled object."), AGE)
 
 
 def manager_or_user_agent(ctx: Context, request: web.Request) -> None:
@@ -50,6 +57,15 @@ def to_scale(obj: Obj) -> Obj:
             "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
                          if k in meta},
             "spec": {"replicas": replicas if is_int(replicas) else 0}, "status": out_status}
+
+
+def scale_table(scale: Obj, now_wall: float, include: IncludeObject, version: str = "v1") -> Obj:
+    """printScale: NAME DESIRED AVAILABLE AGE."""
+    cells = [scale["metadata"]["name"], scale["spec"]["replicas"], scale["status"]["replicas"], age(scale, now_wall)]
+    out = table(SCALE_COLUMNS, [row(scale, cells, include)], scale["metadata"].get("resourceVersion", ""))
+    if version != "v1":
+        out["apiVersion"] = f"meta.k8s.io/{version}"
+    return out
 
 
 def parse_scale(body: Any, name: str) -> tuple[int, str]:
@@ -93,7 +109,12 @@ def _with_replicas(gs: GenericStore, old: Obj, replicas: int, precondition: str)
 async def scale_handler(request: web.Request, gs: GenericStore, ri: RequestInfo, _: Context) -> web.Response:
     namespace = ri.namespace or None
     if ri.verb == "get":
-        return json_response(to_scale(await gs.get(namespace, ri.name, request.query.get("resourceVersion", ""))))
+        scale = to_scale(await gs.get(namespace, ri.name, request.query.get("resourceVersion", "")))
+        output = choose_output(request.headers.get("Accept"))
+        if output.table:  # kubectl get <kind> <name> --subresource=scale
+            return json_response(scale_table(scale, gs.clock.wall(), include_object(request.query, output),
+                                             output.table_version))
+        return json_response(scale)
     if ri.verb == "update":
         ctx = request_context(request, "UpdateOptions")
         manager_or_user_agent(ctx, request)
