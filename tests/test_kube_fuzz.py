@@ -18,14 +18,20 @@ from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.registry.kinds import BUILTIN, REVIEWS
 
 KINDS = [cls.info for cls in BUILTIN + REVIEWS]
+SCALE = ["scale", "scale-put"]  # the kinds with a /scale get it fuzzed; the others answer 404
 FIELDS = ["spec", "status", "data", "binaryData", "stringData", "type", "immutable", "value", "globalDefault",
           "preemptionPolicy", "description", "rules", "roleRef", "subjects", "involvedObject", "regarding", "note",
           "reason", "message", "count", "secrets", "hard", "limits", "containers", "holderIdentity",
-          "leaseDurationSeconds", "unschedulable", "taints", "finalizers", "resourceAttributes", "aggregationRule"]
+          "leaseDurationSeconds", "unschedulable", "taints", "finalizers", "resourceAttributes", "aggregationRule",
+          "selector", "template", "replicas", "strategy", "updateStrategy", "rollingUpdate", "maxSurge",
+          "maxUnavailable", "minAvailable", "matchLabels", "matchExpressions", "labels", "metadata", "schedule",
+          "jobTemplate", "completions", "parallelism", "completionMode", "revision", "restartPolicy", "image"]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
                     st.sampled_from(["", "-1", "1e308", "100Mi", "Always", "Normal", "NoSchedule", "v1", "a/b",
-                                     "rbac.authorization.k8s.io", "Role", "ClusterRole", "Pod", "Container"]))
+                                     "rbac.authorization.k8s.io", "Role", "ClusterRole", "Pod", "Container",
+                                     "25%", "101%", "RollingUpdate", "Recreate", "OnDelete", "Never", "In",
+                                     "@hourly", "* * * * *", "Indexed", "Scale", "autoscaling/v1"]))
 values = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
     st.dictionaries(st.sampled_from([*FIELDS, "name", "kind", "apiGroup", "verbs", "cpu", "memory", "key",
@@ -59,7 +65,7 @@ def test_no_payload_is_a_500(info) -> None:
         failures: list[str] = []
 
         @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        @given(body=bodies, how=st.sampled_from(["create", "update", "merge", "strategic", "json", "apply", "status"]))
+        @given(body=bodies, how=st.sampled_from(["create", "update", "merge", "strategic", "json", "apply", "status", *SCALE]))
         def run(body, how) -> None:
             failures.extend(loop.run_until_complete(_one(client, info, body, how)))
 
@@ -78,6 +84,16 @@ async def _seed(client: TestClient, info) -> None:
         seed["spec"] = {"containers": [{"name": "c", "command": ["x"]}]}
     elif info.plural == "priorityclasses":
         seed["value"] = 1
+    elif info.group in ("apps", "batch") and info.plural != "controllerrevisions":
+        tmpl = {"metadata": {"labels": {"app": "fuzz"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}],
+                         "restartPolicy": "Never" if info.group == "batch" else "Always"}}
+        spec: dict = {"template": tmpl} if info.plural == "jobs" else {"selector": {"matchLabels": {"app": "fuzz"}},
+                                                                        "template": tmpl}
+        seed["spec"] = {"schedule": "@hourly", "jobTemplate": {"spec": {"template": tmpl}}} \
+            if info.plural == "cronjobs" else spec
+    elif info.plural == "controllerrevisions":
+        seed["revision"] = 1
     elif info.plural == "limitranges":
         seed["spec"] = {"limits": []}
     elif info.plural in ("rolebindings", "clusterrolebindings"):
@@ -91,6 +107,11 @@ async def _one(client, info, body, how) -> list[str]:
     data = json.dumps(body)
     if how == "create":
         resp = await client.post(_path(info), data=data, headers={"Content-Type": "application/json"})
+    elif how == "scale":
+        resp = await client.patch(_path(info, "fuzz") + "/scale", data=data,
+                                  headers={"Content-Type": "application/merge-patch+json"})
+    elif how == "scale-put":
+        resp = await client.put(_path(info, "fuzz") + "/scale", data=data, headers={"Content-Type": "application/json"})
     elif how in ("update", "status"):
         path = _path(info, "fuzz") + ("/status" if how == "status" else "")
         resp = await client.put(path, data=data, headers={"Content-Type": "application/json"})

@@ -74,7 +74,7 @@ async def test_version_and_health(api) -> None:
         assert resp.status == 200 and await resp.text() == "ok"
 
 
-@pytest.mark.parametrize("path", ["/nope", "/api/v2", "/api/v1/bogus", "/apis/apps/v1/deployments",
+@pytest.mark.parametrize("path", ["/nope", "/api/v2", "/api/v1/bogus", "/apis/networking.k8s.io/v1/ingresses",
                                   "/api/v1/namespaces/default/pods/x/bogus", "/api/v1/namespaces/default/nodes"])
 async def test_unknown_paths_are_404_status(api, path: str) -> None:
     body = await _status(await api.get(path), 404, "NotFound")

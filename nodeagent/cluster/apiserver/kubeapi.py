@@ -25,6 +25,7 @@ from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.negotiation import wants_aggregated_discovery
 from nodeagent.cluster.apiserver.requestinfo import request_info
 from nodeagent.cluster.apiserver.resources import ApiSettings, handle
+from nodeagent.cluster.apiserver.scale import scale_handler
 from nodeagent.cluster.apiserver.security import security_middleware
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.registry import Registry
@@ -162,6 +163,9 @@ def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenA
     if settings.security is not None:
         middlewares.append(security_middleware(settings.security))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)
+    for info in registry.catalog:  # every kind with a `scale` subresource serves it through ScaleREST's rules
+        if registry.catalog.subresource(info, "scale") is not None:
+            settings.subresources.setdefault((info.group, info.plural, "scale"), scale_handler)
     api = KubeAPI(registry, settings, openapi=openapi, ready=ready)
     app[REGISTRY] = registry
     app[SETTINGS] = settings

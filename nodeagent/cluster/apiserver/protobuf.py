@@ -1,7 +1,7 @@
 """Kubernetes protobuf request bodies of the kinds kubectl's generators create.
 
 kubectl 1.37's typed clients (`kubectl create namespace|quota|priorityclass|role|rolebinding|
-clusterrole|clusterrolebinding|configmap|secret|serviceaccount`) post
+clusterrole|clusterrolebinding|configmap|secret|serviceaccount|deployment|job|cronjob|pdb`) post
 `application/vnd.kubernetes.protobuf` and do not fall back to JSON on 415. The body is
 `k8s\\x00` + runtime.Unknown{typeMeta, raw}, raw the kind's message from the upstream
 generated.proto; it is decoded here into the dict the JSON body would give (the registry then
@@ -49,7 +49,46 @@ _REF: Schema = {1: ("kind", "str", None), 2: ("namespace", "str", None), 3: ("na
                 7: ("fieldPath", "str", None)}
 _LOCAL_REF: Schema = {1: ("name", "str", None)}
 
+# the workload kinds `kubectl create deployment|job|cronjob|pdb` send (core/v1, apps/v1, batch/v1, policy/v1);
+# "int32_nz": a non-pointer int32 Go always marshals, left out when 0 as its JSON would
+_INT_OR_STRING: Schema = {1: ("type", "int32", None), 2: ("intVal", "int32", None), 3: ("strVal", "str", None)}
+_QTY_RESOURCES: Schema = {1: ("limits", "map_qty", None), 2: ("requests", "map_qty", None)}
+_PORT: Schema = {1: ("name", "str", None), 2: ("hostPort", "int32_nz", None), 3: ("containerPort", "int32", None),
+                 4: ("protocol", "str", None), 5: ("hostIP", "str", None)}
+_ENV: Schema = {1: ("name", "str", None), 2: ("value", "str", None)}
+_CONTAINER: Schema = {1: ("name", "str", None), 2: ("image", "str", None), 3: ("command", "strs", None),
+                      4: ("args", "strs", None), 5: ("workingDir", "str", None), 6: ("ports", "msgs", _PORT),
+                      7: ("env", "msgs", _ENV), 8: ("resources", "msg", _QTY_RESOURCES),
+                      14: ("imagePullPolicy", "str", None)}
+_POD_SPEC: Schema = {2: ("containers", "msgs", _CONTAINER), 3: ("restartPolicy", "str", None),
+                     4: ("terminationGracePeriodSeconds", "int32", None), 6: ("dnsPolicy", "str", None),
+                     7: ("nodeSelector", "map_str", None), 8: ("serviceAccountName", "str", None),
+                     19: ("schedulerName", "str", None), 20: ("initContainers", "msgs", _CONTAINER)}
+_POD_TEMPLATE: Schema = {1: ("metadata", "msg", _META), 2: ("spec", "msg", _POD_SPEC)}
+_DEPLOYMENT_SPEC: Schema = {
+    1: ("replicas", "int32", None), 2: ("selector", "msg", _LABEL_SELECTOR), 3: ("template", "msg", _POD_TEMPLATE),
+    4: ("strategy", "msg", {1: ("type", "str", None), 2: ("rollingUpdate", "msg", {
+        1: ("maxUnavailable", "intstr", _INT_OR_STRING), 2: ("maxSurge", "intstr", _INT_OR_STRING)})}),
+    5: ("minReadySeconds", "int32_nz", None), 6: ("revisionHistoryLimit", "int32", None),
+    9: ("progressDeadlineSeconds", "int32", None)}
+_JOB_SPEC: Schema = {1: ("parallelism", "int32", None), 2: ("completions", "int32", None),
+                     3: ("activeDeadlineSeconds", "int32", None), 4: ("selector", "msg", _LABEL_SELECTOR),
+                     5: ("manualSelector", "bool", None), 6: ("template", "msg", _POD_TEMPLATE),
+                     7: ("backoffLimit", "int32", None), 8: ("ttlSecondsAfterFinished", "int32", None),
+                     9: ("completionMode", "str", None), 10: ("suspend", "bool", None)}
+_CRONJOB_SPEC: Schema = {1: ("schedule", "str", None), 8: ("timeZone", "str", None),
+                         2: ("startingDeadlineSeconds", "int32", None), 3: ("concurrencyPolicy", "str", None),
+                         4: ("suspend", "bool", None),
+                         5: ("jobTemplate", "msg", {1: ("metadata", "msg", _META), 2: ("spec", "msg", _JOB_SPEC)}),
+                         6: ("successfulJobsHistoryLimit", "int32", None), 7: ("failedJobsHistoryLimit", "int32", None)}
+_PDB_SPEC: Schema = {1: ("minAvailable", "intstr", _INT_OR_STRING), 2: ("selector", "msg", _LABEL_SELECTOR),
+                     3: ("maxUnavailable", "intstr", _INT_OR_STRING), 4: ("unhealthyPodEvictionPolicy", "str", None)}
+
 KINDS: dict[tuple[str, str], Schema] = {
+    ("apps/v1", "Deployment"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _DEPLOYMENT_SPEC)},
+    ("batch/v1", "Job"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _JOB_SPEC)},
+    ("batch/v1", "CronJob"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _CRONJOB_SPEC)},
+    ("policy/v1", "PodDisruptionBudget"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _PDB_SPEC)},
     ("v1", "Namespace"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", {1: ("finalizers", "strs", None)})},
     ("v1", "ResourceQuota"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", {
         1: ("hard", "map_qty", None), 2: ("scopes", "strs", None),
@@ -125,12 +164,15 @@ def _message(data: bytes, schema: Schema, depth: int = 0) -> dict[str, Any]:
             else:
                 qty = next((v for n, v in fields(raw) if n == 1), b"")
                 out.setdefault(name, {})[key] = _text(qty, name)
-        elif kind in ("int32", "bool"):
+        elif kind == "intstr":  # intstr.IntOrString: type 1 is the string form
+            both = _message(_bytes(value, name), sub, depth + 1)
+            out[name] = both.get("strVal", "") if both.get("type") == 1 else both.get("intVal", 0)
+        elif kind in ("int32", "int32_nz", "bool"):
             if not isinstance(value, int):
                 raise ProtobufError(f"{name}: expected a number")
             if kind == "bool":
                 out[name] = bool(value)
-            else:
+            elif value or kind == "int32":
                 out[name] = value - (1 << 64) if value >= 1 << 63 else value  # negative int32s are 10-byte varints
     return out
 

@@ -519,6 +519,9 @@ class GenericStore:
             else:
                 new = self.strategy.prepare_for_subresource_update(subresource, new, old)
             self._merge_server_fields(new, old)
+            strategy = self.strategy
+            if subresource in strategy.spec_subresources and strategy.spec_of(new) != strategy.spec_of(old):
+                new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
             errs = self.strategy.validate_meta(new) + self.strategy.validate_status_update(new, old)
         else:
             self._merge_server_fields(new, old)

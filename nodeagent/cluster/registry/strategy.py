@@ -129,6 +129,7 @@ class Strategy:
     name_errors: ClassVar[Any] = staticmethod(dns1123_subdomain_errors)
     generation: ClassVar[bool] = False  # metadata.generation kept (1 on create, +1 on spec changes)
     subresource_names: ClassVar[tuple[str, ...]] = ()  # beyond status: e.g. namespaces/finalize
+    spec_subresources: ClassVar[tuple[str, ...]] = ()  # subresources whose spec changes bump the generation (scale)
 
     # ---- create / update -----------------------------------------------------------------------
     def default(self, obj: Obj) -> None:

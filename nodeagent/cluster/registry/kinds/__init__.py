@@ -10,7 +10,16 @@ control plane's contract (never HTTP, the loops or the server).
 
 from __future__ import annotations
 
+from nodeagent.cluster.registry.kinds.apps import (
+    ControllerRevisionStrategy,
+    DaemonSetStrategy,
+    DeploymentStrategy,
+    ReplicaSetStrategy,
+    StatefulSetStrategy,
+)
+from nodeagent.cluster.registry.kinds.batch import CronJobStrategy, JobStrategy
 from nodeagent.cluster.registry.kinds.configuration import ConfigMapStrategy, SecretStrategy, ServiceAccountStrategy
+from nodeagent.cluster.registry.kinds.disruption import PodDisruptionBudgetStrategy
 from nodeagent.cluster.registry.kinds.events import EventStrategy, EventV1Strategy
 from nodeagent.cluster.registry.kinds.namespaces import NamespaceStrategy
 from nodeagent.cluster.registry.kinds.nodes import NodeStrategy
@@ -31,5 +40,7 @@ BUILTIN: tuple[type[Strategy], ...] = (
     ConfigMapStrategy, SecretStrategy, ServiceAccountStrategy,
     PriorityClassStrategy, EventV1Strategy, LeaseStrategy,
     RoleStrategy, ClusterRoleStrategy, RoleBindingStrategy, ClusterRoleBindingStrategy,
+    DeploymentStrategy, ReplicaSetStrategy, DaemonSetStrategy, StatefulSetStrategy, ControllerRevisionStrategy,
+    JobStrategy, CronJobStrategy, PodDisruptionBudgetStrategy,
 )
 REVIEWS: tuple[type[Strategy], ...] = (SelfSubjectAccessReviewStrategy, SubjectAccessReviewStrategy)

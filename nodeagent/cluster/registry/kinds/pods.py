@@ -86,28 +86,7 @@ class PodStrategy(Strategy):
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
-        spec.setdefault("restartPolicy", "Always")
-        spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE)
-        spec.setdefault("dnsPolicy", "ClusterFirst")
-        spec.setdefault("schedulerName", "default-scheduler")
-        spec.setdefault("securityContext", {})
-        for key in ("containers", "initContainers"):
-            for c in spec.get(key) or ():
-                if not isinstance(c, dict):
-                    continue
-                c.setdefault("terminationMessagePath", "/dev/termination-log")
-                c.setdefault("terminationMessagePolicy", "File")
-                image = c.get("image")
-                if isinstance(image, str) and image:
-                    tag = image.rsplit("/", 1)[-1]
-                    latest = ":" not in tag or tag.endswith(":latest")
-                    c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
-                res = c.get("resources")
-                if isinstance(res, dict) and isinstance(res.get("limits"), dict):
-                    requests = res.setdefault("requests", {})
-                    if isinstance(requests, dict):
-                        for name, q in res["limits"].items():
-                            requests.setdefault(name, q)
+        default_pod_spec(spec)
         status = obj.get("status")
         parsed = self._parse(obj)
         if isinstance(status, dict) and "qosClass" not in status and isinstance(parsed, Pod):
@@ -212,6 +191,35 @@ class PodStrategy(Strategy):
             return requested
         grace = spec.get("terminationGracePeriodSeconds")
         return grace if isinstance(grace, int) and grace >= 0 else DEFAULT_GRACE
+
+
+def default_pod_spec(spec: Obj, restart_policy: str = "Always") -> None:
+    """SetDefaults_PodSpec and its containers' defaults, in place (pods and workload templates)."""
+    spec.setdefault("restartPolicy", restart_policy)
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or ():
+            if not isinstance(c, dict):
+                continue
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            for port in c.get("ports") or ():
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+            image = c.get("image")
+            if isinstance(image, str) and image:
+                tag = image.rsplit("/", 1)[-1]
+                latest = ":" not in tag or tag.endswith(":latest")
+                c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            res = c.get("resources")
+            if isinstance(res, dict) and isinstance(res.get("limits"), dict):
+                requests = res.setdefault("requests", {})
+                if isinstance(requests, dict):
+                    for name, q in res["limits"].items():
+                        requests.setdefault(name, q)
 
 
 def _masked(spec: Any) -> Any:
