@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kube.secure_server import KUBECTL, SecureServer
+from kube.secure_server import KUBECTL, SecureServer, free_port
 
 from nodeagent.agent.cluster_client.sync import ControlPlaneSync, control_plane_loop
 from nodeagent.agent.config.settings import Config, parse_config
@@ -166,3 +166,41 @@ def test_server_restart_is_survived(cluster: tuple[SecureServer, LoopThread]) ->
     until(lambda: renewed_after(server, stamp), 5, "renewals after the restart")
     log = [json.loads(line) for line in (server.tmp / "server.log").read_text().splitlines() if line.startswith("{")]
     assert not [e for e in log if e.get("level") == "error"], [e for e in log if e.get("level") == "error"][:3]
+
+
+def test_a_reload_that_clears_kubeconfig_stops_and_a_new_one_resumes(
+        cluster: tuple[SecureServer, LoopThread]) -> None:
+    server, agent = cluster
+    until(lambda: agent.sync.connected, 20, "the agent to connect")
+    with_kubeconfig = agent.config
+    agent.config = parse_config({"nodeName": "n1", "nodeStatusUpdateFrequency": "1s"}, "test")
+    until(lambda: agent.sync.client is None and not agent.sync.connected, 5, "the link to be dropped")
+    stamp = lease(server)["spec"]["renewTime"]  # type: ignore[index]
+    time.sleep(1.5)  # three renewals would have been due
+    assert lease(server)["spec"]["renewTime"] == stamp  # type: ignore[index]
+    agent.config = with_kubeconfig
+    until(lambda: renewed_after(server, stamp), 5, "renewals once kubeconfig is set again")
+
+
+async def test_an_unreachable_server_is_logged_once_and_backed_off(tmp_path: Path) -> None:
+    import structlog
+    import yaml
+
+    (tmp_path / "kc").write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    cfg = parse_config({"nodeName": "n1", "kubeconfig": str(tmp_path / "kc")}, "test")
+    sync = ControlPlaneSync(timeout=2.0)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            delays = [await sync.step(cfg, NODE, 10250, "http://127.0.0.1:10250") for _ in range(5)]
+    finally:
+        await sync.close()
+    assert delays == pytest.approx([0.2, 0.4, 0.8, 1.6, 3.2])
+    events = [e for e in logs if e["event"].startswith("control_plane")]
+    assert [e["event"] for e in events] == ["control_plane_unreachable"]
+    assert "Cannot connect" in events[0]["error"]
+    assert sync.failures == 5 and not sync.connected and not sync.registered
