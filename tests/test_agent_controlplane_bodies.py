@@ -193,3 +193,45 @@ def test_lease_bodies() -> None:
                                                  (1000, 7.0)])
 def test_backoff_doubles_from_200ms_to_7s(failures: int, delay: float) -> None:
     assert bodies.backoff_delay(failures) == pytest.approx(delay)
+
+
+def test_status_fingerprint_ignores_heartbeats_only() -> None:
+    patch = bodies.status_patch({**AGENT_NODE, "status": {**AGENT_NODE["status"], "conditions": [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+         "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}, 10250)
+    later = bodies.status_patch({**AGENT_NODE, "status": {**AGENT_NODE["status"], "conditions": [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:10Z",
+         "lastTransitionTime": "2025-01-01T00:00:00Z"}]}}, 10250)
+    assert bodies.status_fingerprint(patch) == bodies.status_fingerprint(later)
+    assert patch["status"]["conditions"][0]["lastHeartbeatTime"] == "2026-01-01T00:00:00Z"  # not changed in place
+    flipped = {**later, "status": {**later["status"], "conditions": [{**later["status"]["conditions"][0],
+                                                                      "status": "False"}]}}
+    assert bodies.status_fingerprint(flipped) != bodies.status_fingerprint(patch)
+    moved = bodies.status_patch({**AGENT_NODE, "status": {**AGENT_NODE["status"], "allocatable": {"cpu": "1"}}}, 1)
+    assert bodies.status_fingerprint(moved) != bodies.status_fingerprint(bodies.status_patch(AGENT_NODE, 1))
+
+
+@pytest.mark.parametrize(("changed", "since", "frequency", "send"), [
+    (True, 1.0, 300.0, True),     # a change goes at once
+    (False, None, 300.0, True),   # the first on a connection
+    (False, 10.0, 300.0, False),  # unchanged, recently sent
+    (False, 300.0, 300.0, True),  # nodeStatusReportFrequency has passed
+])
+def test_status_needs_sending(changed: bool, since: float | None, frequency: float, send: bool) -> None:
+    assert bodies.status_needs_sending(changed, since, frequency) is send
+
+
+@pytest.mark.parametrize(("data", "report"), [
+    ({}, 300.0),                                                                  # the kubelet's 5m
+    ({"nodeStatusUpdateFrequency": "20s"}, 20.0),                                 # follows an explicit update
+    ({"nodeStatusUpdateFrequency": "20s", "nodeStatusReportFrequency": "1m"}, 60.0),
+    ({"nodeStatusReportFrequency": "2m"}, 120.0),
+])
+def test_node_status_report_frequency_default(data: dict[str, str], report: float) -> None:
+    assert parse_config({"nodeName": "n1", **data}, "t").node_status_report_frequency == report
+
+
+def test_node_status_report_frequency_must_be_positive() -> None:
+    with pytest.raises(ConfigError) as e:
+        parse_config({"nodeName": "n1", "nodeStatusReportFrequency": "0s"}, "t")
+    assert any(line.startswith("nodeStatusReportFrequency:") for line in e.value.errors), e.value.errors

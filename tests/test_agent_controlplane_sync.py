@@ -204,3 +204,32 @@ async def test_an_unreachable_server_is_logged_once_and_backed_off(tmp_path: Pat
     assert [e["event"] for e in events] == ["control_plane_unreachable"]
     assert "Cannot connect" in events[0]["error"]
     assert sync.failures == 5 and not sync.connected and not sync.registered
+
+
+async def test_unchanged_status_waits_for_the_report_frequency(cluster: tuple[SecureServer, LoopThread]) -> None:
+    from nodeagent.core.clock import FakeClock
+
+    server, _ = cluster
+    clock = FakeClock()
+    cfg = parse_config({"nodeName": "n2", "kubeconfig": str(server.node_kubeconfig("n2")),
+                        "nodeStatusReportFrequency": "1m"}, "test")
+    node = {**NODE, "metadata": {"name": "n2", "labels": {}}}
+    sync = ControlPlaneSync(clock=clock, timeout=5.0)
+    try:
+        await sync.step(cfg, node, 10250, "http://127.0.0.1:10250")
+        assert (sync.status_sent, sync.status_skipped) == (1, 0)
+        clock.advance(10)
+        await sync.step(cfg, node, 10250, "http://127.0.0.1:10250")
+        assert (sync.status_sent, sync.status_skipped) == (1, 1)  # unchanged: the Lease says it is alive
+        changed = {**node, "status": {**node["status"], "allocatable": {**node["status"]["allocatable"],
+                                                                        "cpu": "1500m"}}}
+        clock.advance(10)
+        await sync.step(cfg, changed, 10250, "http://127.0.0.1:10250")
+        assert sync.status_sent == 2
+        assert server.get_json("node", "n2")["status"]["allocatable"]["cpu"] == "1500m"
+        clock.advance(60)
+        await sync.step(cfg, changed, 10250, "http://127.0.0.1:10250")
+        assert sync.status_sent == 3  # nodeStatusReportFrequency passed
+    finally:
+        await sync.close()
+    server.kubectl("delete", "node", "n2")

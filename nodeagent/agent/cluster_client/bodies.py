@@ -68,6 +68,21 @@ def status_patch(node: dict[str, Any], port: int) -> dict[str, Any]:
     return {"status": node_status(node, port)}
 
 
+def status_fingerprint(patch: dict[str, Any]) -> dict[str, Any]:
+    """The status patch without the conditions' lastHeartbeatTime (it moves every round): equal
+    fingerprints mean nothing changed."""
+    status = dict(patch.get("status") or {})
+    status["conditions"] = [{k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+                            for c in status.get("conditions") or []]
+    return status
+
+
+def status_needs_sending(changed: bool, since_last: float | None, report_frequency: float) -> bool:
+    """The kubelet's rule (tryUpdateNodeStatus): send when something changed, when nothing was sent
+    yet on this connection, or when nodeStatusReportFrequency has passed since the last one."""
+    return changed or since_last is None or since_last >= report_frequency
+
+
 def metadata_patch(node: dict[str, Any], api_url: str) -> dict[str, Any]:
     """The merge patch for nodes/<name> when the Node existed already: labels and the URL annotation
     are set (other labels, e.g. added by kubectl label, are kept)."""

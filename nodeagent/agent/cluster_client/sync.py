@@ -2,7 +2,8 @@
 
 While `kubeconfig` is set: register (POST /api/v1/nodes; 409 AlreadyExists is fine, then the
 labels and the API URL annotation are merge-patched onto the existing Node), then every
-`nodeStatusUpdateFrequency` merge-patch `nodes/<name>/status`, and every
+`nodeStatusUpdateFrequency` merge-patch `nodes/<name>/status` if it changed (or
+`nodeStatusReportFrequency` has passed since the last one, as the kubelet), and every
 `nodeLeaseDurationSeconds`/4 renew the Lease `kube-node-lease/<name>` (read or create it once, then
 PUT it with the resourceVersion last seen; a 409 Conflict or 404 re-reads it), as the kubelet's
 nodelease controller. Pull, not push: the server never needs to reach the agent for this, so a
@@ -112,6 +113,9 @@ class ControlPlaneSync:
         self.next_status = 0.0  # clock.now() of the next status patch / lease renewal
         self.next_lease = 0.0
         self.status_sent = 0
+        self.status_skipped = 0
+        self._last_status: dict[str, Any] | None = None  # fingerprint and clock.now() of the last sent
+        self._last_status_at: float | None = None
         self.lease_renewals = 0
 
     async def _client(self, path: str) -> ApiClient:
@@ -138,17 +142,27 @@ class ControlPlaneSync:
             raise ApiError("POST", "/api/v1/nodes", code, data)
         self.node_uid = ((data or {}).get("metadata") or {}).get("uid")
         self.registered = True
+        self._last_status = self._last_status_at = None
         self.next_status = self.clock.now()  # the status went with the create, but a 409 kept the old one
 
-    async def update_status(self, client: ApiClient, node: dict[str, Any], port: int) -> None:
+    async def update_status(self, client: ApiClient, node: dict[str, Any], port: int,
+                            report_frequency: float) -> None:
+        """Patch nodes/<name>/status if it changed or nodeStatusReportFrequency has passed."""
         name = node["metadata"]["name"]
+        patch = bodies.status_patch(node, port)
+        fingerprint = bodies.status_fingerprint(patch)
+        now = self.clock.now()
+        since = None if self._last_status_at is None else now - self._last_status_at
+        if not bodies.status_needs_sending(fingerprint != self._last_status, since, report_frequency):
+            self.status_skipped += 1
+            return
         try:
-            await client.call("PATCH", _node_path(name) + "/status", bodies.status_patch(node, port),
-                              content_type=MERGE_PATCH)
+            await client.call("PATCH", _node_path(name) + "/status", patch, content_type=MERGE_PATCH)
         except ApiError as e:
             if e.code == 404:  # deleted on the server (kubectl delete node): register again
                 self.registered = False
             raise
+        self._last_status, self._last_status_at = fingerprint, now
         self.status_sent += 1
 
     async def renew_lease(self, client: ApiClient, name: str, duration: int) -> None:
@@ -193,7 +207,7 @@ class ControlPlaneSync:
                 await self.register(client, node, port, api_url)
             now = self.clock.now()
             if now >= self.next_status:
-                await self.update_status(client, node, port)
+                await self.update_status(client, node, port, cfg.node_status_report_frequency)
                 self.next_status = now + cfg.node_status_update_frequency
             if now >= self.next_lease:
                 await self.renew_lease(client, name, cfg.node_lease_duration_seconds)
@@ -212,6 +226,7 @@ class ControlPlaneSync:
             log.warning("control_plane_lost" if self.connected else "control_plane_unreachable",
                         kubeconfig=path, error=message)
         self.connected = False
+        self._last_status = self._last_status_at = None  # the server may have lost or missed it
         self.failures += 1
         self.last_error = message
         if not isinstance(error, ApiError) or error.code in (401, 403):
@@ -226,6 +241,7 @@ class ControlPlaneSync:
         self.connected = self.registered = False
         self.lease = None
         self.next_status = self.next_lease = 0.0
+        self._last_status = self._last_status_at = None
 
     async def close(self) -> None:
         await self._drop_client()
