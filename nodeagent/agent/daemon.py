@@ -37,10 +37,11 @@ from nodeagent.agent.api.adapter import Backend, reaction_observer
 from nodeagent.agent.api.app import create_app
 from nodeagent.agent.api.images import add_image_routes
 from nodeagent.agent.api.metrics import Metrics
-from nodeagent.agent.api.registration import registration_loop
+from nodeagent.agent.api.registration import agent_api_url, registration_loop
 from nodeagent.agent.api.stats import add_stats_routes
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cluster_client.sync import control_plane_loop
 from nodeagent.agent.config.reload import ReloadResult, plan
 from nodeagent.agent.config.settings import Config, load_config
 from nodeagent.agent.events import EventRecorder
@@ -351,6 +352,9 @@ class Agent:
         # idles while schedulerURL is unset; reads config, node and port each round (reload-safe)
         self.tasks.start(registration_loop(lambda: self.config, self.reporter.node, lambda: self.port),
                          name="scheduler-registration", forever=True)
+        # idles while kubeconfig is unset: the Node, its status and its Lease on `nodeagent server run`
+        self.tasks.start(control_plane_loop(lambda: self.config, self.reporter.node, lambda: self.port,
+                                            agent_api_url), name="control-plane-sync", forever=True)
         try:
             await self._stop.wait()
         finally:

@@ -48,6 +48,7 @@ from nodeagent.daemonkit.configfile import (
     read_yaml,
     read_yaml_file,
 )
+from nodeagent.daemonkit.kubeconfig import KubeconfigError, load_kubeconfig
 
 KUBELET_API_VERSION = "kubelet.config.k8s.io/v1beta1"
 KUBELET_KIND = "KubeletConfiguration"
@@ -167,6 +168,14 @@ class Config(BaseModel):
     scheduler_url: Annotated[str | None, AfterValidator(_http_url)] = Field(default=None, alias="schedulerURL")
     scheduler_token_file: AbsolutePath | None = None
     node_status_update_frequency: Annotated[GoDuration, AfterValidator(positive_duration)] = 10.0
+    # The control plane (`nodeagent server run`), as the kubelet's --kubeconfig: the agent creates its
+    # Node there, keeps its status every nodeStatusUpdateFrequency and renews the Lease
+    # kube-node-lease/<nodeName> every nodeLeaseDurationSeconds/4 (agent/cluster_client). Unset: none.
+    kubeconfig: AbsolutePath | None = None
+    node_lease_duration_seconds: int = Field(default=40, ge=1)
+    # An unchanged status is still sent this often (the kubelet's key; the Lease carries liveness).
+    # Unset: 5m, or nodeStatusUpdateFrequency when that is set (the kubelet's compatibility rule).
+    node_status_report_frequency: Annotated[GoDuration, AfterValidator(positive_duration)] = 300.0
     # Images (nodeagent/agent/images): the kubelet's image GC keys, then nodeagent's own.
     image_gc_high_threshold_percent: int = Field(default=85, ge=0, le=100, alias="imageGCHighThresholdPercent")
     image_gc_low_threshold_percent: int = Field(default=80, ge=0, le=100, alias="imageGCLowThresholdPercent")
@@ -237,6 +246,9 @@ class Config(BaseModel):
         object.__setattr__(self, "nodefs_path", nodefs)
         object.__setattr__(self, "imagefs_path", self.imagefs_path or nodefs)
         hard = effective_eviction_hard(self.eviction_hard, self.merge_default_eviction_settings)
+        if "node_status_report_frequency" not in self.model_fields_set and \
+                "node_status_update_frequency" in self.model_fields_set:
+            object.__setattr__(self, "node_status_report_frequency", self.node_status_update_frequency)
         object.__setattr__(self, "eviction_hard", hard)
         if "unix_socket" not in self.model_fields_set:  # unset: under stateDir; explicit null: none
             path = f"{self.state_dir.rstrip('/')}/{UNIX_SOCKET_NAME}"
@@ -323,6 +335,11 @@ def _cross_checks(config: Config) -> list[FieldError]:
         config.stats  # noqa: B018 - built for its checks
     except FieldError as e:
         errors.append(e)
+    if config.kubeconfig:
+        try:
+            load_kubeconfig(config.kubeconfig)
+        except KubeconfigError as e:
+            errors.append(FieldError("kubeconfig", str(e)))
     auth = config.authentication
     if isinstance(auth, AuthenticationConfig) and auth.client_ca_file and config.tls_cert_file is None:
         errors.append(FieldError("authentication.clientCAFile",
