@@ -98,23 +98,27 @@ async def status_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 @web.middleware
 async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """At debug level, one `api_request` line a request (method, path, user, code, ms), with the body
+    """At debug level, one `api_request` line a request (method, path, query, user, code, ms), with the body
     of a write when it names its kind (create, update, apply: what a client sent, decoded). Secrets in
     it are left to the logging chain's redaction, which `server run` puts last (auth/redact.py); a body
     that does not say what it is (a patch, protobuf, undecodable bytes) is logged by size only, since
     nothing could tell a Secret's values in it from anything else."""
     start = time.monotonic()
-    code = 500
+    code: int | None = None  # None: the handler did not return (a watch the client closed, a cancel)
+    ended: str | None = None
     try:
         response = await handler(request)
         code = response.status
         return response
+    except BaseException as e:
+        ended = type(e).__name__
+        raise
     finally:
-        fields: dict[str, Any] = {}
-        if request.method in ("POST", "PUT", "PATCH") and request.body_exists:
+        fields: dict[str, Any] = {"ended": ended} if ended else {}
+        if code is not None and request.method in ("POST", "PUT", "PATCH") and request.body_exists:
             fields.update(await _logged_body(request))
         user = request_user(request)
-        log.debug("api_request", method=request.method, path=request.path, code=code,
+        log.debug("api_request", method=request.method, path=request.path, query=request.query_string, code=code,
                   user=user.name if user is not None else None,
                   ms=round((time.monotonic() - start) * 1000, 1), **fields)
 
