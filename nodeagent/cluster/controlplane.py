@@ -110,7 +110,8 @@ class ControlPlane:
             await self._admission(registry, extra, tasks)
             add_binding(registry, settings)
             recorder = await self._scheduler(registry, tasks)
-            app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog))
+            app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
+                                  log_requests=self.config.logging.level == "debug")
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, self.config.address, self.config.port, ssl_context=tls)

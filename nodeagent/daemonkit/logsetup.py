@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-def configure_logging(level: str = "info", fmt: str = "auto") -> None:
-    """Set up structlog; events read `event_name key=value` (console) or one JSON object a line."""
+def configure_logging(level: str = "info", fmt: str = "auto",
+                      processors: Sequence[structlog.typing.Processor] = ()) -> None:
+    """Set up structlog; events read `event_name key=value` (console) or one JSON object a line.
+
+    `processors` run last before the renderer, so whatever they take out of an event is out of every
+    line: the control plane passes its redaction there (daemonkit knows nothing of Secrets)."""
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
@@ -22,6 +27,7 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            *processors,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),

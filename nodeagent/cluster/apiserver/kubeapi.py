@@ -13,6 +13,7 @@ server keeps serving.
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -20,20 +21,23 @@ import orjson
 import structlog
 from aiohttp import web
 
+from nodeagent.cluster.apiserver import protobuf
 from nodeagent.cluster.apiserver.discovery import Discovery
 from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.negotiation import wants_aggregated_discovery
 from nodeagent.cluster.apiserver.requestinfo import request_info
 from nodeagent.cluster.apiserver.resources import ApiSettings, handle
 from nodeagent.cluster.apiserver.scale import scale_handler
-from nodeagent.cluster.apiserver.security import security_middleware
+from nodeagent.cluster.apiserver.security import request_user, security_middleware
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.registry import Registry
+from nodeagent.cluster.schema.decode import DecodeError, decode
 
 log = structlog.get_logger(__name__)
 
 KUBE_VERSION = (1, 37, 0)  # the API this server speaks (kubectl warns when its minor is 2+ away)
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's default request size limit
+LOGGED_BODY_MAX = 64 * 1024  # the debug request log decodes bodies up to this size
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry", Registry)
 SETTINGS: web.AppKey[ApiSettings] = web.AppKey("settings", ApiSettings)
@@ -91,6 +95,54 @@ async def status_errors(request: web.Request, handler: Handler) -> web.StreamRes
         log.exception("api_unhandled_error", method=request.method, path=request.path)
         err = errors.internal("an unexpected error happened; see the server log")
         return json_response(err.status, err.code)
+
+
+@web.middleware
+async def request_log(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """At debug level, one `api_request` line a request (method, path, query, user, code, ms), with the body
+    of a write when it names its kind (create, update, apply: what a client sent, decoded). Secrets in
+    it are left to the logging chain's redaction, which `server run` puts last (auth/redact.py); a body
+    that does not say what it is (a patch, protobuf, undecodable bytes) is logged by size only, since
+    nothing could tell a Secret's values in it from anything else."""
+    start = time.monotonic()
+    code: int | None = None  # None: the handler did not return (a watch the client closed, a cancel)
+    ended: str | None = None
+    try:
+        response = await handler(request)
+        code = response.status
+        return response
+    except BaseException as e:
+        ended = type(e).__name__
+        raise
+    finally:
+        fields: dict[str, Any] = {"ended": ended} if ended else {}
+        if code is not None and request.method in ("POST", "PUT", "PATCH") and request.body_exists:
+            fields.update(await _logged_body(request))
+        user = request_user(request)
+        log.debug("api_request", method=request.method, path=request.path, query=request.query_string, code=code,
+                  user=user.name if user is not None else None,
+                  ms=round((time.monotonic() - start) * 1000, 1), **fields)
+
+
+async def _logged_body(request: web.Request) -> dict[str, Any]:
+    """The body as the handler decoded it (protobuf, YAML, else JSON), when it names its kind."""
+    try:
+        raw = await request.read()  # the handler's read, cached by aiohttp
+    except Exception:  # noqa: BLE001 - a log line never fails a request (too large, connection gone)
+        return {}
+    value: Any = None
+    if len(raw) <= LOGGED_BODY_MAX:  # a big body is not decoded a second time on the event loop
+        ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        try:
+            if ctype == protobuf.CONTENT_TYPE:
+                value = protobuf.decode(raw)
+            else:
+                value = decode(raw, "application/yaml" if ctype.endswith("yaml") else "application/json").value
+        except (DecodeError, protobuf.ProtobufError):
+            value = None
+    if isinstance(value, dict) and isinstance(value.get("kind"), str):
+        return {"body": value}
+    return {"body_bytes": len(raw)}
 
 
 class KubeAPI:
@@ -158,8 +210,11 @@ class KubeAPI:
 
 
 def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenAPISource | None = None,
-                    ready: Callable[[], bool] | None = None) -> web.Application:
-    middlewares: list[Any] = [status_errors]
+                    ready: Callable[[], bool] | None = None, log_requests: bool = False) -> web.Application:
+    """The application; `log_requests` adds the debug request log (request_log), outermost so it
+    sees the code the client gets."""
+    middlewares: list[Any] = [request_log] if log_requests else []
+    middlewares.append(status_errors)
     if settings.security is not None:
         middlewares.append(security_middleware(settings.security))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY)

@@ -600,6 +600,8 @@ class GenericStore:
     # ---- delete ----------------------------------------------------------------------------------
     async def delete(self, namespace: str | None, name: str, opts: DeleteOptions, ctx: Context) -> tuple[Obj, bool]:
         """(the object, whether it is gone now); an object held by finalizers or a grace period stays."""
+        if (why := self.strategy.delete_refused(name)) is not None:
+            raise errors.forbidden(self.info.plural, self.info.group, name, why)
         key = self.key(namespace, name)
         for _ in range(UPDATE_RETRIES):
             kv = await self._get_kv(key)

@@ -224,6 +224,11 @@ class Strategy:
         return name_age(obj, now_wall)
 
     # ---- deletion ------------------------------------------------------------------------------
+    def delete_refused(self, name: str) -> str | None:
+        """Why this object may never be deleted (403 Forbidden `<resource> "<name>" is forbidden:
+        <why>`), or None; checked before preconditions and admission, as kube's admission does."""
+        return None
+
     def delete_grace(self, obj: Mapping[str, Any], requested: int | None) -> int:
         """Seconds of graceful deletion (the object stays with deletionTimestamp); 0: at once."""
         return 0

@@ -18,6 +18,7 @@ from nodeagent.core.names import invalid
 
 _KEY = re.compile(r"[-._a-zA-Z0-9]+")
 MAX_DATA = 1024 * 1024
+SECRET_REDACTED = "<secret contents redacted>"  # kube-apiserver's text in place of a Secret's value
 
 
 def _key_errors(path: str, key: str) -> list[FieldError]:
@@ -32,12 +33,14 @@ def _key_errors(path: str, key: str) -> list[FieldError]:
     return []
 
 
-def _map_errors(obj: Obj, field: str, *, base64_values: bool) -> tuple[list[FieldError], int]:
+def _map_errors(obj: Obj, field: str, *, base64_values: bool, secret: bool = False) -> tuple[list[FieldError], int]:
+    """Errors of a data map; a Secret's values are never echoed (the key says what is wrong)."""
     value = obj.get(field)
     if value is None:
         return [], 0
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        return [FieldError(field, invalid(str(value)[:60], "must be a map of string keys to string values"))], 0
+        shown = SECRET_REDACTED if secret else str(value)[:60]
+        return [FieldError(field, invalid(shown, "must be a map of string keys to string values"))], 0
     errs, size = [], 0
     for k, v in value.items():
         errs += _key_errors(f"{field}[{k}]", k)
@@ -45,8 +48,7 @@ def _map_errors(obj: Obj, field: str, *, base64_values: bool) -> tuple[list[Fiel
             try:
                 size += len(base64.b64decode(v, validate=True))
             except (binascii.Error, ValueError):
-                errs.append(FieldError(f"{field}[{k}]", "Invalid value: \"<secret contents redacted>\": illegal "
-                                                        "base64 data"))
+                errs.append(FieldError(f"{field}[{k}]", invalid(SECRET_REDACTED, "illegal base64 data")))
         else:
             size += len(v)
     return errs, size
@@ -107,8 +109,8 @@ class SecretStrategy(Strategy):
                 del obj["stringData"]
 
     def validate(self, obj: Obj) -> list[FieldError]:
-        errs, size = _map_errors(obj, "data", base64_values=True)
-        more, _ = _map_errors(obj, "stringData", base64_values=False)
+        errs, size = _map_errors(obj, "data", base64_values=True, secret=True)
+        more, _ = _map_errors(obj, "stringData", base64_values=False, secret=True)
         errs += more
         if not isinstance(obj.get("type"), str) or not obj.get("type"):
             errs.append(FieldError("type", "Required value"))

@@ -1,6 +1,7 @@
 """Namespaces (core/v1, cluster-scoped): Active, then Terminating until spec.finalizers is empty.
 
-Deleting a namespace sets deletionTimestamp and phase Terminating; it goes once both
+Deleting default, kube-system or kube-public is refused (403, as kube-apiserver's NamespaceLifecycle
+admission). Deleting another namespace sets deletionTimestamp and phase Terminating; it goes once both
 metadata.finalizers and spec.finalizers are empty (the namespace controller empties the latter
 through the `finalize` subresource after deleting the namespace's content).
 """
@@ -19,6 +20,8 @@ from nodeagent.core.names import dns1123_label_errors, invalid, qualified_name_e
 
 NAME_LABEL = "kubernetes.io/metadata.name"
 KUBERNETES_FINALIZER = "kubernetes"
+# kube-apiserver's NamespaceLifecycle registers these as immortal (kube-node-lease is not among them)
+IMMORTAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
 
 class NamespaceStrategy(Strategy):
@@ -73,6 +76,10 @@ class NamespaceStrategy(Strategy):
 
     def held(self, obj: Mapping[str, Any]) -> bool:
         return bool((obj.get("spec") or {}).get("finalizers"))
+
+    def delete_refused(self, name: str) -> str | None:
+        """The namespaces the cluster's own objects live in stay (kube's NamespaceLifecycle)."""
+        return "this namespace may not be deleted" if name in IMMORTAL_NAMESPACES else None
 
     def on_deleting(self, obj: Obj) -> None:
         obj.setdefault("status", {})["phase"] = "Terminating"
