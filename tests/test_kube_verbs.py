@@ -200,3 +200,16 @@ def test_wait_that_is_already_met_returns_at_once_and_one_never_met_times_out(se
     res = server.kubectl("wait", "--for=condition=Ready=false", "node/verbs-w3", "--timeout=2s", check=False)
     assert res.returncode == 1 and "timed out waiting for the condition on nodes/verbs-w3" in res.stderr, res.stderr
     assert server.alive()
+
+
+def test_watches_that_kubectl_ends_leave_no_traceback_in_the_server_log(server: Server) -> None:
+    """kubectl wait (and get -w) close their watch; the server ends the stream quietly (it used to
+    log aiohttp's 'Error handling request' with a ConnectionResetError traceback for each)."""
+    _node(server, "verbs-quiet", ready="False")
+    proc = _wait(server, "--for=condition=Ready", "node/verbs-quiet", timeout="2s")
+    code, _, err, _ = _finished(proc)
+    assert code == 1 and "timed out" in err, err
+    time.sleep(0.5)  # the server notices the closed connection at its next write
+    server.log.flush()
+    text = Path(server.log.name).read_text()
+    assert "Error handling request" not in text and "ConnectionResetError" not in text, text[-3000:]

@@ -11,6 +11,7 @@ exec, attach, eviction, binding, nodes/proxy) registers its handlers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -312,12 +313,12 @@ async def _watch(request: web.Request, gs: GenericStore, namespace: str | None,
                 if more.change is not None:
                     sub.last_revision = max(sub.last_revision, more.change.revision)
             await resp.write(b"".join(chunk))
-    except (ConnectionResetError, asyncio.CancelledError):
-        sub.close()
-        raise
+    except ConnectionResetError:
+        return resp  # the client went (kubectl wait and get -w end so): nothing left to send or log
     finally:
         sub.close()
-    await resp.write_eof()
+    with contextlib.suppress(ConnectionResetError):  # it may go between the last event and the end
+        await resp.write_eof()
     return resp
 
 
