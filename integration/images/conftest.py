@@ -92,6 +92,18 @@ class Env:
 
 
 @pytest.fixture
+def small_imagefs(tmp_path: Path) -> Iterator[Path]:
+    """A 40 MiB tmpfs this test mounts (and unmounts) as imagefs."""
+    mnt = tmp_path / "imagefs-small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m,mode=0700", "tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.fixture
 def make_env(tmp_path: Path, tools_present: None) -> Any:
     """make_env(root=None, **ImageManager kwargs) -> an Env whose store is opened."""
     async def make(root: Path | None = None, **kw: Any) -> Env:

@@ -13,11 +13,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_harness import AgentProcess, pod_manifest, poll_until
 from kernel_view import is_running
 
@@ -75,18 +74,6 @@ def test_pull_ls_status_restart_rm_through_the_agent(make_agent: Callable[..., A
     assert json.loads(cli(agent, "ls", "-o", "json").stdout)["items"] == []
     assert "images" not in agent.node()["status"]
     assert layer_dirs(store) == []
-
-
-@pytest.fixture
-def small_imagefs(tmp_path: Path) -> Iterator[Path]:
-    """A 40 MiB tmpfs this test mounts (and unmounts) as the agent's imagefsPath."""
-    mnt = tmp_path / "imagefs"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m,mode=0700", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 def available(path: Path) -> int:

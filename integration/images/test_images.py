@@ -185,18 +185,6 @@ async def test_import_oci_layout_and_docker_archive(make_env: Any, images: Built
 # ---- removal, leases, GC on a small imagefs ----
 
 
-@pytest.fixture
-def small_imagefs(tmp_path: Path) -> Iterator[Path]:
-    """A 40 MiB tmpfs this test mounts (and unmounts) as imagefs."""
-    mnt = tmp_path / "imagefs-small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m,mode=0700", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
-
-
 def _statvfs(path: Path) -> tuple[int, int]:
     st = os.statvfs(path)
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
