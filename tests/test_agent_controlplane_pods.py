@@ -290,3 +290,17 @@ def test_python_client_watch_sees_the_phases(cluster: tuple[SecureServer, Agent]
     (cs,) = pod["status"]["containerStatuses"]
     assert cs["state"]["terminated"]["exitCode"] == 0 and cs["state"]["terminated"]["reason"] == "Completed"
     server.kubectl("delete", "pod", "once", "--timeout=20s", timeout=30)
+
+
+def test_status_patch_with_another_uid_is_refused(cluster: tuple[SecureServer, Agent]) -> None:
+    """What makes the uid in the agent's status patch a precondition: the server refuses it."""
+    server, _ = cluster
+    apply(server, pod_manifest("uidcheck"))
+    server.kubectl("wait", "--for=condition=Ready", "pod/uidcheck", "--timeout=30s", timeout=40)
+    patch = json.dumps([{"op": "test", "path": "/metadata/uid", "value": "00000000-0000-0000-0000-000000000000"},
+                        {"op": "add", "path": "/status/phase", "value": "Failed"}])
+    res = server.kubectl("patch", "pod", "uidcheck", "--subresource=status", "--type=json", "-p", patch,
+                         check=False)
+    assert res.returncode != 0 and "test failed" in res.stderr, res.stderr
+    assert server.get_json("pod", "uidcheck")["status"]["phase"] == "Running"
+    server.kubectl("delete", "pod", "uidcheck", "--timeout=30s", timeout=40)

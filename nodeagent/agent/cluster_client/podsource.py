@@ -361,10 +361,14 @@ class PodSync:
         for key, uid, status in wanted:
             if not self.statuses.due(key, uid, status, now):
                 continue
-            code, data = await client.request("PATCH", _pod_path(key) + "/status", podstatus.status_patch(uid, status),
-                                              content_type=podstatus.STRATEGIC_MERGE_PATCH)
+            current = (self.server.get(key) or {}).get("status") or {}
+            code, data = await client.request("PATCH", _pod_path(key) + "/status",
+                                              podstatus.status_patch(uid, status, current),
+                                              content_type=podstatus.JSON_PATCH)
             if code == 200:
                 self.statuses.sent(key, uid, status)
+                if isinstance(data, dict) and str(_meta(data).get("uid") or "") == uid:
+                    self.server[key] = data  # the next patch merges with what it wrote
             else:
                 delay = self.statuses.failed(key, uid, now)
                 log.warning("server_pod_status_failed", pod="/".join(key), code=code, retry_in=delay,

@@ -2,10 +2,10 @@
 `pods/<name>/status` about a pod it runs for the server, and when it sends it.
 
 The agent's own pod objects (worker.to_dict) are already in core/v1 shape; the server gets the
-PodStatus keys only, as a strategic merge patch (conditions merge by `type`, so the scheduler's
-PodScheduled stays), with `metadata.uid` in the patch, as the kubelet's status manager sends it:
-the server refuses a patch whose uid is not the stored pod's (409), so the status of a pod
-deleted and re-created under the same name is never written onto the new one.
+PodStatus keys only, as a JSON patch whose first operation tests `metadata.uid` (the kubelet puts
+the uid in its patch for the same reason): the status of a pod deleted and re-created under the
+same name is never written onto the new one. (A uid inside a merge patch is not checked by
+`nodeagent server run`, so the test operation is what guards it.)
 
 Coalescing: a pod's status is computed when the sync runs (on any change of the pod, at most
 every few hundred ms, and every second for probe results) and sent only when it differs from the
@@ -22,30 +22,20 @@ from nodeagent.agent.cluster_client import bodies
 
 STATUS_KEYS = ("phase", "conditions", "message", "reason", "hostIP", "hostIPs", "podIP", "podIPs",
                "startTime", "qosClass", "initContainerStatuses", "containerStatuses")
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-CLEARED_KEYS = ("message", "reason")  # sent as null when unset: a merge patch keeps what it does not name
-CONDITION_KEYS = ("reason", "message")
+JSON_PATCH = "application/json-patch+json"
+CLEARED_KEYS = ("message", "reason")  # null when unset: removed on the server if it has them
 POD_SCHEDULED = "PodScheduled"
 
 
 def server_status(local_pod: dict[str, Any]) -> dict[str, Any]:
     """The PodStatus keys of the agent's pod (worker.to_dict), nothing of nodeagent's own.
 
-    A key the pod no longer has is sent as null (a strategic merge patch keeps what it does not
-    name: a condition's old message would stay); PodScheduled=True is added when the pod has
-    none (a pod created with spec.nodeName, as the kubelet's generateAPIPodStatus does)."""
+    A top-level key the pod no longer has is null (status_patch removes it on the server); a
+    condition is sent whole (its old message goes with it)."""
     status = local_pod.get("status") or {}
     out = {k: status[k] for k in STATUS_KEYS if k in status}
     for key in CLEARED_KEYS:
         out.setdefault(key, None)
-    conditions = [{**dict.fromkeys(CONDITION_KEYS), **c} for c in out.get("conditions") or []]
-    if not any(c.get("type") == POD_SCHEDULED for c in conditions):
-        start = status.get("startTime")
-        conditions.append({"type": POD_SCHEDULED, "status": "True", "lastTransitionTime": start,
-                           "reason": None, "message": None})
-    out["conditions"] = conditions
     return out
 
 
@@ -55,9 +45,30 @@ def refused_status(reason: str, message: str) -> dict[str, Any]:
     return {"phase": "Failed", "reason": reason, "message": message}
 
 
-def status_patch(uid: str, status: dict[str, Any]) -> dict[str, Any]:
-    """The strategic merge patch for pods/<name>/status; `metadata.uid` makes it a precondition."""
-    return {"metadata": {"uid": uid}, "status": status}
+def status_patch(uid: str, status: dict[str, Any], current: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch for pods/<name>/status: first a `test` of metadata.uid (the server refuses
+    the whole patch, 422, when the pod was deleted and re-created under the same name), then each
+    key of ours: set, or removed when it is null and the server's copy (`current`, its status as
+    last watched) has it. The conditions are the server's of types we do not report (PodScheduled
+    from the scheduler, DisruptionTarget) with ours replacing or adding theirs by type, as the
+    kubelet's status manager merges; keys we do not report (nominatedNodeName, resize) stay.
+    PodScheduled=True is added when neither side has it (a pod created with spec.nodeName), as
+    the kubelet's generateAPIPodStatus does."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+    for key, value in status.items():
+        if key == "conditions":
+            ours = {c.get("type"): {k: v for k, v in c.items() if v is not None} for c in value}
+            theirs = [c for c in current.get("conditions") or [] if c.get("type") not in ours]
+            if not any(c.get("type") == POD_SCHEDULED for c in theirs) and POD_SCHEDULED not in ours:
+                theirs.append({"type": POD_SCHEDULED, "status": "True",
+                               "lastTransitionTime": status.get("startTime")})
+            ops.append({"op": "add", "path": "/status/conditions", "value": [*theirs, *ours.values()]})
+        elif value is None:
+            if key in current:
+                ops.append({"op": "remove", "path": f"/status/{key}"})
+        else:
+            ops.append({"op": "add", "path": f"/status/{key}", "value": value})
+    return ops
 
 
 @dataclass
