@@ -79,6 +79,10 @@ class Agent:
         self.config = config
         self.state_dir = state_dir
         self.driver = driver
+        self.start()
+
+    def start(self) -> None:
+        """A new agent on the same state directory and cgroup tree (what a restart is)."""
         self.loop = asyncio.new_event_loop()
         self.manager: PodManager | None = None
         self.sync: PodSync | None = None
@@ -129,6 +133,8 @@ class Agent:
         if self._main is not None:
             self.loop.call_soon_threadsafe(self._main.cancel)
         self.thread.join(20)
+        assert not self.thread.is_alive()
+        self.loop.close()
 
 
 def pod_manifest(name: str, script: str = "exec sleep 300", *, grace: int = 30, extra: dict[str, Any] | None = None,
@@ -177,9 +183,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
     driver = FakeCgroupDriver()
     (tmp / "agent").mkdir()
     agent = Agent(config, tmp / "agent", driver)
-    holder = {"agent": agent}
     yield server, agent
-    agent = holder["agent"]
     server.kubectl("delete", "pods", "--all", "--timeout=30s", timeout=40)  # else the sync starts them again
     if agent.manager is not None:
         manager = agent.manager
@@ -304,3 +308,49 @@ def test_status_patch_with_another_uid_is_refused(cluster: tuple[SecureServer, A
     assert res.returncode != 0 and "test failed" in res.stderr, res.stderr
     assert server.get_json("pod", "uidcheck")["status"]["phase"] == "Running"
     server.kubectl("delete", "pod", "uidcheck", "--timeout=30s", timeout=40)
+
+
+def test_agent_restart_readopts_without_starting_twice(cluster: tuple[SecureServer, Agent]) -> None:
+    server, agent = cluster
+    apply(server, pod_manifest("steady"))
+    server.kubectl("wait", "--for=condition=Ready", "pod/steady", "--timeout=30s", timeout=40)
+    pid = main_pid(agent, "steady")
+    agent.stop()  # the agent goes; its pods keep running
+    assert pid_alive(pid)
+    # while it is down: one pod deleted gracefully (it stays Terminating: the node must confirm),
+    # one force-deleted (gone from the server at once), one created
+    apply(server, pod_manifest("doomed"))
+    apply(server, pod_manifest("forced"))
+    agent.start()
+    server.kubectl("wait", "--for=condition=Ready", "pod/doomed", "pod/forced", "--timeout=30s", timeout=40)
+    doomed, forced = main_pid(agent, "doomed"), main_pid(agent, "forced")
+    agent.stop()
+    server.kubectl("delete", "pod", "doomed", "--wait=false")
+    server.kubectl("delete", "pod", "forced", "--grace-period=0", "--force")
+    assert server.get_json("pod", "doomed")["metadata"].get("deletionTimestamp")
+    assert server.get_json("pod", "forced") is None
+    apply(server, pod_manifest("newcomer"))
+    agent.start()
+    server.kubectl("wait", "--for=condition=Ready", "pod/newcomer", "--timeout=30s", timeout=40)
+    assert main_pid(agent, "steady") == pid  # adopted, not started again
+    until(lambda: server.get_json("pod", "doomed") is None, 30, "doomed to be confirmed deleted")
+    until(lambda: not pid_alive(doomed) and not pid_alive(forced), 30, "the deleted pods' processes to go")
+    assert agent.local("doomed") is None and agent.local("forced") is None
+    pod = server.get_json("pod", "steady")
+    assert pod["status"]["phase"] == "Running" and pod["status"]["containerStatuses"][0]["restartCount"] == 0
+    server.kubectl("delete", "pod", "steady", "newcomer", "--timeout=30s", timeout=40)
+
+
+def test_server_restart_resumes_the_watch(cluster: tuple[SecureServer, Agent]) -> None:
+    server, agent = cluster
+    assert agent.sync is not None
+    apply(server, pod_manifest("before"))
+    server.kubectl("wait", "--for=condition=Ready", "pod/before", "--timeout=30s", timeout=40)
+    server.stop()
+    time.sleep(1.0)  # the agent's watch fails and backs off; its pods keep running
+    assert agent.local("before") is not None
+    server.start()
+    apply(server, pod_manifest("after"))
+    server.kubectl("wait", "--for=condition=Ready", "pod/after", "--timeout=40s", timeout=50)
+    server.kubectl("delete", "pod", "before", "after", "--timeout=30s", timeout=40)
+    assert agent.local("before") is None and agent.local("after") is None
