@@ -25,6 +25,7 @@ from kube.secure_server import KUBECTL, SecureServer
 from nodeagent.agent.cluster_client.podsource import SERVER_UID, PodSync, pod_sync_loop
 from nodeagent.agent.cluster_client.sync import ControlPlaneSync, control_plane_loop
 from nodeagent.agent.config.settings import Config, parse_config
+from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
@@ -60,10 +61,11 @@ def until(fn: Callable[[], T], timeout: float, what: str) -> T:
         time.sleep(0.1)
 
 
-def make_manager(state_dir: Path, driver: FakeCgroupDriver) -> PodManager:
+def make_manager(state_dir: Path, driver: FakeCgroupDriver, events: EventRecorder) -> PodManager:
     facts = NodeFacts(node_name="n1", host_ips=(IP,), pod_ips=(IP,))
     env = PodEnv(driver=driver, state_dir=str(state_dir), memory_capacity=1 << 30, clock=SystemClock(),
-                 backoff_factory=lambda: CrashBackoff(initial=0.05, maximum=0.2), node_facts=lambda: facts)
+                 backoff_factory=lambda: CrashBackoff(initial=0.05, maximum=0.2), node_facts=lambda: facts,
+                 events=events)
     allocatable = {"cpu": parse_quantity("2"), "memory": parse_quantity("1Gi"), "pods": parse_quantity("10")}
     manager = PodManager(env, CheckpointStore.open(state_dir), allocatable=allocatable,
                          enforced_allocatable=None, max_pods=10)
@@ -96,9 +98,10 @@ class Agent:
         asyncio.set_event_loop(self.loop)
 
         async def main() -> None:
-            self.manager = make_manager(self.state_dir, self.driver)
+            events = EventRecorder(SystemClock(), "n1")
+            self.manager = make_manager(self.state_dir, self.driver, events)
             await self.manager.restore()
-            self.sync = PodSync(self.manager, "n1", timeout=3.0, watch_timeout=5)
+            self.sync = PodSync(self.manager, "n1", timeout=3.0, watch_timeout=5, events=events)
             ready.set()
             node = control_plane_loop(lambda: self.config, lambda: NODE, lambda: 10250,
                                       lambda cfg, port, addrs: f"http://{IP}:{port}", sync=ControlPlaneSync(timeout=3))
@@ -239,6 +242,10 @@ def test_refused_at_admission_is_failed_on_the_server(cluster: tuple[SecureServe
     assert pod["status"]["reason"] == "OutOfmemory", pod["status"]
     assert "memory" in pod["status"]["message"]
     assert agent.local("huge") is None
+    events = until(lambda: server.get_json("events", "--field-selector", "involvedObject.name=huge")["items"], 20,
+                   "the refusal's event on the server")
+    assert [(e["reason"], e["involvedObject"]["uid"], e["source"]["host"]) for e in events] == \
+        [("OutOfmemory", pod["metadata"]["uid"], "n1")]
     server.kubectl("delete", "pod", "huge", "--timeout=20s", timeout=30)
 
 
@@ -354,3 +361,19 @@ def test_server_restart_resumes_the_watch(cluster: tuple[SecureServer, Agent]) -
     server.kubectl("wait", "--for=condition=Ready", "pod/after", "--timeout=40s", timeout=50)
     server.kubectl("delete", "pod", "before", "after", "--timeout=30s", timeout=40)
     assert agent.local("before") is None and agent.local("after") is None
+
+
+def test_probe_events_reach_the_server(cluster: tuple[SecureServer, Agent]) -> None:
+    server, _ = cluster
+    body = json.loads(pod_manifest("unready"))
+    body["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["/bin/false"]}, "periodSeconds": 1}
+    apply(server, json.dumps(body))
+    events = until(lambda: [e for e in server.get_json("events", "--field-selector", "involvedObject.name=unready")[
+        "items"] if e["reason"] == "Unhealthy"], 20, "an Unhealthy event")
+    assert "Readiness probe failed" in events[0]["message"], events[0]
+    out = server.kubectl("get", "events", "--field-selector", "involvedObject.name=unready").stdout
+    assert "Unhealthy" in out and "pod/unready" in out, out
+    pod = server.get_json("pod", "unready")
+    assert pod["status"]["phase"] == "Running" and pod["status"]["containerStatuses"][0]["ready"] is False
+    assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "False"
+    server.kubectl("delete", "pod", "unready", "--timeout=30s", timeout=40)

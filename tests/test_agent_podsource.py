@@ -16,9 +16,12 @@ from nodeagent.agent.cluster_client.podsource import (
     apply_event,
     local_manifest,
     plan_actions,
+    server_event,
 )
 from nodeagent.agent.cluster_client.podstatus import StatusTracker, refused_status, server_status, status_patch
 from nodeagent.agent.cluster_client.sync import ApiError
+from nodeagent.agent.events import EventRecorder
+from nodeagent.core.clock import FakeClock
 from nodeagent.core.model import parse_pod
 
 K = ("default", "web")
@@ -173,3 +176,19 @@ def test_tracker_sends_changes_once_and_backs_off() -> None:
     t.sent(K, "u1", b)
     t.reset()
     assert t.due(K, "u1", b, 6.0)
+
+
+def test_server_event_only_for_server_pods_with_a_run_unique_name() -> None:
+    recorder = EventRecorder(FakeClock(), "n1")
+    mine = recorder.record("Unhealthy", "Readiness probe failed", namespace="default", name="web", uid="u1",
+                           field_path="spec.containers{main}")
+    other = recorder.record("Unhealthy", "x", namespace="default", name="local", uid="local-uid")
+    node = recorder.record("EvictionThresholdMet", "x", kind="Node", name="n1")
+    body = server_event(mine, "abcd", {"u1"})
+    assert body is not None
+    assert body["metadata"] == {"name": "web.abcd1", "namespace": "default"}
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "web",
+                                      "uid": "u1", "fieldPath": "spec.containers{main}"}
+    assert (body["reason"], body["type"], body["count"], body["reportingInstance"]) == ("Unhealthy", "Warning", 1, "n1")
+    assert server_event(mine, "abcd", {"u1"}) == body  # stable: a retry posts the same name
+    assert server_event(other, "abcd", {"u1"}) is None and server_event(node, "abcd", {"u1"}) is None

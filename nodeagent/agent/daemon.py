@@ -357,8 +357,8 @@ class Agent:
         self.tasks.start(control_plane_loop(lambda: self.config, self.reporter.node, lambda: self.port,
                                             agent_api_url), name="control-plane-sync", forever=True)
         # idles while kubeconfig is unset: runs the pods the server binds here, writes their status
-        self.tasks.start(pod_sync_loop(lambda: self.config, PodSync(self.pods, self.facts.name, clock=self.clock)),
-                         name="control-plane-pods", forever=True)
+        pod_sync = PodSync(self.pods, self.facts.name, clock=self.clock, events=self.events)
+        self.tasks.start(pod_sync_loop(lambda: self.config, pod_sync), name="control-plane-pods", forever=True)
         try:
             await self._stop.wait()
         finally:

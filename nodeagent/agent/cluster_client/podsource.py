@@ -26,6 +26,7 @@ annotation, so a re-list finds them and starts nothing twice.
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from pydantic import ValidationError
 from nodeagent.agent.cluster_client import bodies, podstatus
 from nodeagent.agent.cluster_client.sync import ApiClient, ApiError
 from nodeagent.agent.config.settings import Config
+from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.core.clock import Clock, SystemClock
@@ -173,6 +175,26 @@ def apply_event(pods: dict[Key, dict[str, Any]], event: Mapping[str, Any]) -> st
     return str(rv) if rv else None
 
 
+def server_event(event: Mapping[str, Any], run_token: str, server_uids: set[str]) -> dict[str, Any] | None:
+    """The agent's Event for the server, or None when it is not about a pod the server has. Its
+    name is the object's and a per-run token with the local sequence (unique, stable on retry)."""
+    involved = dict(event.get("involvedObject") or {})
+    if involved.get("kind") != "Pod" or involved.get("uid") not in server_uids:
+        return None
+    local_name = str(_meta(event).get("name") or "")
+    seq = local_name.rsplit(".", 1)[-1]
+    namespace = str(involved.get("namespace") or "default")
+    involved["apiVersion"] = "v1"
+    source = dict(event.get("source") or {})
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{involved.get('name')}.{run_token}{seq}", "namespace": namespace},
+            "involvedObject": involved, "reason": event.get("reason"), "message": event.get("message"),
+            "type": event.get("type") or "Normal", "source": source,
+            "firstTimestamp": event.get("firstTimestamp"), "lastTimestamp": event.get("lastTimestamp"),
+            "count": event.get("count") or 1, "reportingComponent": source.get("component") or "nodeagent",
+            "reportingInstance": source.get("host") or ""}
+
+
 # ---- the loop -------------------------------------------------------------------------------
 
 def _pod_path(key: Key) -> str:
@@ -183,8 +205,13 @@ class PodSync:
     """The server's pods for one node: the watch, the reconcile, the status writes."""
 
     def __init__(self, manager: PodManager, node_name: str, *, clock: Clock | None = None,
-                 timeout: float = 10.0, watch_timeout: int = WATCH_TIMEOUT_S) -> None:
+                 timeout: float = 10.0, watch_timeout: int = WATCH_TIMEOUT_S,
+                 events: EventRecorder | None = None) -> None:
+        """`events`: the agent's recorder; its events about server pods are posted to the server."""
         self.manager = manager
+        self.events = events
+        self._run_token = secrets.token_hex(4)  # event names differ from a previous run's
+        self.events_posted: set[str] = set()
         self.node_name = node_name
         self.clock = clock or SystemClock()
         self.timeout = timeout
@@ -305,6 +332,30 @@ class PodSync:
             except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as e:
                 log.warning("server_pod_action_failed", action=action.kind, pod="/".join(action.key), error=str(e))
         await self.push_statuses(client)
+        await self.post_events(client)
+
+    async def post_events(self, client: ApiClient) -> None:
+        """The agent's events about pods the server has (same uid), once each, as core/v1 Events."""
+        if self.events is None:
+            return
+        uids = {str(_meta(p).get("uid") or "") for p in self.server.values()}
+        recent = self.events.list()
+        for event in recent:
+            local_name = str(_meta(event).get("name") or "")
+            if local_name in self.events_posted:
+                continue
+            body = server_event(event, self._run_token, uids)
+            if body is None:
+                continue
+            path = f"/api/v1/namespaces/{quote(body['metadata']['namespace'], safe='')}/events"
+            code, data = await client.request("POST", path, body)
+            if code in (200, 201, 409):
+                self.events_posted.add(local_name)
+            else:  # tried again next round; the ring forgets it eventually
+                log.warning("server_event_failed", reason=event.get("reason"),
+                            error=str(ApiError("POST", path, code, data)))
+                break
+        self.events_posted &= {str(_meta(e).get("name") or "") for e in recent}
 
     async def _act(self, client: ApiClient, action: Action) -> None:
         key, pod = action.key, self.server.get(action.key)
@@ -342,6 +393,8 @@ class PodSync:
 
     def _refuse(self, action: Action, reason: str, message: str) -> None:
         self.refused[action.uid] = (action.key, reason, message)
+        if self.events is not None:  # the kubelet's rejectPod records it too
+            self.events.record(reason, message, namespace=action.key[0], name=action.key[1], uid=action.uid)
         log.warning("server_pod_refused", pod="/".join(action.key), uid=action.uid, reason=reason, message=message)
 
     async def push_statuses(self, client: ApiClient) -> None:
