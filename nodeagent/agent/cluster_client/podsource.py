@@ -272,7 +272,7 @@ class PodSync:
             rv = apply_event(self.server, event)
             if rv:
                 self.resource_version = rv
-            self.watch_failures = 0
+            self._recovered()
             self.wake()
 
     async def watch_loop(self, config: Callable[[], Config]) -> None:
@@ -286,7 +286,9 @@ class PodSync:
                 client = await self._client(cfg.kubeconfig)
                 if not self.synced or self.resource_version is None:
                     await self.relist(client)
+                    self._recovered()
                 await self.watch_once(client)
+                self._recovered()
                 continue
             except Gone:
                 log.info("server_pods_watch_expired", resource_version=self.resource_version)
@@ -307,7 +309,15 @@ class PodSync:
                     self.statuses.reset()
                 await asyncio.sleep(bodies.backoff_delay(self.watch_failures))
 
+    def _recovered(self) -> None:
+        if self.watch_failures:
+            log.info("server_pods_watch_resumed", after_failures=self.watch_failures,
+                     resource_version=self.resource_version)
+        self.watch_failures, self.last_error = 0, None
+
     async def idle(self) -> None:
+        """kubeconfig unset (or cleared by a reload): forget the server's pods, stop nothing (the
+        agent is autonomous: what runs keeps running)."""
         await self._drop_client()
         self.server, self.synced, self.resource_version = {}, False, None
 
