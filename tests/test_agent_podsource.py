@@ -4,6 +4,9 @@ events, the status patch and its coalescing and back-off."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 from typing import Any
 
 import pytest
@@ -192,3 +195,71 @@ def test_server_event_only_for_server_pods_with_a_run_unique_name() -> None:
     assert (body["reason"], body["type"], body["count"], body["reportingInstance"]) == ("Unhealthy", "Warning", 1, "n1")
     assert server_event(mine, "abcd", {"u1"}) == body  # stable: a retry posts the same name
     assert server_event(other, "abcd", {"u1"}) is None and server_event(node, "abcd", {"u1"}) is None
+
+
+async def test_watch_resumes_from_bookmarks_and_relists_on_410() -> None:
+    """The watch loop against a scripted apiserver (aiohttp): list, watch from the list's
+    resourceVersion, a bookmark moves it, an ERROR 410 re-lists, the next watch starts from the
+    new list's resourceVersion."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from nodeagent.agent.cluster_client.podsource import PodSync
+    from nodeagent.agent.cluster_client.sync import ApiClient
+    from nodeagent.agent.config.settings import Config
+    from nodeagent.agent.pods.manager import PodManager
+    from nodeagent.daemonkit.kubeconfig import ClusterCredentials
+
+    def pod(name: str, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "default", "uid": name, "resourceVersion": rv}}
+
+    seen: list[tuple[str, str | None]] = []
+    lists = iter([{"metadata": {"resourceVersion": "10"}, "items": [pod("a", "9")]},
+                  {"metadata": {"resourceVersion": "20"}, "items": [pod("b", "11")]}])
+    held = asyncio.Event()
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        assert request.query["fieldSelector"] == "spec.nodeName=n1"
+        if request.query.get("watch") != "true":
+            seen.append(("list", None))
+            return web.json_response(next(lists))
+        rv = request.query.get("resourceVersion")
+        seen.append(("watch", rv))
+        assert request.query["allowWatchBookmarks"] == "true"
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        if rv == "10":
+            for event in ({"type": "ADDED", "object": pod("b", "11")},
+                          {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}):
+                await resp.write(json.dumps(event).encode() + b"\n")
+            return resp  # the server ends this watch: resumed from 12
+        if rv == "12":
+            gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old resource version"}
+            await resp.write(json.dumps({"type": "ERROR", "object": gone}).encode() + b"\n")
+            return resp
+        held.set()
+        await asyncio.sleep(30)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", pods)
+    server = TestServer(app)
+    await server.start_server()
+    sync = PodSync(cast(PodManager, None), "n1")
+    sync.client = ApiClient(ClusterCredentials(server=str(server.make_url("")).rstrip("/")))
+    sync._kubeconfig = "kc"
+    config = cast(Config, SimpleNamespace(kubeconfig="kc", node_status_update_frequency=1.0))
+    task = asyncio.create_task(sync.watch_loop(lambda: config))
+    try:
+        await asyncio.wait_for(held.wait(), 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await sync.close()
+        await server.close()
+    assert seen == [("list", None), ("watch", "10"), ("watch", "12"), ("list", None), ("watch", "20")]
+    assert set(sync.server) == {("default", "b")} and sync.relists == 2 and sync.resource_version == "20"

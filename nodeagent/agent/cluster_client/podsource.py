@@ -212,6 +212,8 @@ class PodSync:
         self.events = events
         self._run_token = secrets.token_hex(4)  # event names differ from a previous run's
         self.events_posted: set[str] = set()
+        self._events_failures = 0
+        self._events_retry_at = 0.0
         self.node_name = node_name
         self.clock = clock or SystemClock()
         self.timeout = timeout
@@ -346,7 +348,7 @@ class PodSync:
 
     async def post_events(self, client: ApiClient) -> None:
         """The agent's events about pods the server has (same uid), once each, as core/v1 Events."""
-        if self.events is None:
+        if self.events is None or self.clock.now() < self._events_retry_at:
             return
         uids = {str(_meta(p).get("uid") or "") for p in self.server.values()}
         recent = self.events.list()
@@ -361,9 +363,13 @@ class PodSync:
             code, data = await client.request("POST", path, body)
             if code in (200, 201, 409):
                 self.events_posted.add(local_name)
-            else:  # tried again next round; the ring forgets it eventually
-                log.warning("server_event_failed", reason=event.get("reason"),
-                            error=str(ApiError("POST", path, code, data)))
+                self._events_failures = 0
+            else:  # tried again after a back-off; the ring forgets it eventually
+                self._events_failures += 1
+                self._events_retry_at = self.clock.now() + bodies.backoff_delay(self._events_failures)
+                if self._events_failures == 1:
+                    log.warning("server_event_failed", reason=event.get("reason"),
+                                error=str(ApiError("POST", path, code, data)))
                 break
         self.events_posted &= {str(_meta(e).get("name") or "") for e in recent}
 
