@@ -7,7 +7,8 @@ connection resumes from the last resourceVersion seen, with back-off (200 ms dou
 Ownership: a pod the agent starts for the server carries the annotation `nodeagent.io/server-uid`
 (the server pod's uid, also its local uid). Only such pods are ever stopped by this sync; pods
 created through the agent's own API and static pods are never touched, even if they share a
-name with a server pod (that server pod is then reported Failed, reason NodeNameConflict).
+name with a server pod (that server pod is then reported Failed, reason NodeNameConflict). The
+agent's API strips the annotation from what clients send, so no client can mark a pod as ours.
 
 Reconcile (`plan_actions`, pure, table-tested), once the first list succeeded:
 - server pod, not terminal, not being deleted, nothing local of that name   -> Create (through
@@ -45,12 +46,11 @@ from nodeagent.agent.pods.manager import PodManager
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import ValidationErrors
 from nodeagent.core.model import Pod
-from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.kubeconfig import KubeconfigError, load_kubeconfig
 
 log = structlog.get_logger(__name__)
 
-SERVER_UID = "nodeagent.io/server-uid"  # on a local pod: started for the server pod of this uid
 TERMINAL = ("Succeeded", "Failed")
 WATCH_TIMEOUT_S = 300  # the server ends a watch after this; it is resumed at once
 RESYNC_S = 1.0  # statuses are recomputed at least this often (probe results move readiness)
