@@ -158,7 +158,7 @@ async def test_namespaced_create(client: TestClient) -> None:
 
 async def test_client_cannot_claim_static_or_mirror_source(client: TestClient) -> None:
     claims = {"kubernetes.io/config.source": "file", "kubernetes.io/config.mirror": "x",
-              "kubernetes.io/config.hash": "y", "team": "a"}
+              "kubernetes.io/config.hash": "y", "nodeagent.io/server-uid": "z", "team": "a"}
     r = await client.post("/api/v1/pods", json={**POD, "metadata": {"name": "sneaky",
                                                                     "annotations": claims}})
     assert (await r.json())["metadata"]["annotations"] == {

@@ -41,6 +41,7 @@ from nodeagent.agent.api.registration import agent_api_url, registration_loop
 from nodeagent.agent.api.stats import add_stats_routes
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cluster_client.podsource import PodSync, pod_sync_loop
 from nodeagent.agent.cluster_client.sync import control_plane_loop
 from nodeagent.agent.config.reload import ReloadResult, plan
 from nodeagent.agent.config.settings import Config, load_config
@@ -355,6 +356,9 @@ class Agent:
         # idles while kubeconfig is unset: the Node, its status and its Lease on `nodeagent server run`
         self.tasks.start(control_plane_loop(lambda: self.config, self.reporter.node, lambda: self.port,
                                             agent_api_url), name="control-plane-sync", forever=True)
+        # idles while kubeconfig is unset: runs the pods the server binds here, writes their status
+        pod_sync = PodSync(self.pods, self.facts.name, clock=self.clock, events=self.events)
+        self.tasks.start(pod_sync_loop(lambda: self.config, pod_sync), name="control-plane-pods", forever=True)
         try:
             await self._stop.wait()
         finally:

@@ -19,6 +19,7 @@ CONFIG_HASH = "kubernetes.io/config.hash"
 API_SERVER_SOURCE = "api"
 FILE_SOURCE = "file"
 API_URL = "nodeagent.io/api-url"  # on a Node: where the control plane reaches its agent
+SERVER_UID = "nodeagent.io/server-uid"  # on an agent's pod: started for the control plane's pod of this uid
 MANIFEST_PATH = "nodeagent.io/manifest-path"  # on a broken static pod's list entry: its file
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # kubectl's client-side apply
 

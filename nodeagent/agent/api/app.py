@@ -15,12 +15,14 @@ from aiohttp import web
 from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists, DurabilityError
 from nodeagent.agent.api.metrics import Metrics
 from nodeagent.core.errors import FieldError, ValidationErrors
-from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE
+from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.auth import Authenticator
 from nodeagent.daemonkit.body import decode_body
 from nodeagent.daemonkit.status import StatusError, invalid, status_middleware
 
-_SOURCE_KEYS = frozenset({CONFIG_SOURCE, CONFIG_MIRROR, CONFIG_HASH})
+# what only the agent may set: static/mirror sources, and the server-uid (the control-plane pod
+# sync stops the pods it marks, so a client must not mark one)
+_SOURCE_KEYS = frozenset({CONFIG_SOURCE, CONFIG_MIRROR, CONFIG_HASH, SERVER_UID})
 MAX_BODY = 1 << 20  # 1 MiB: a pod manifest is a few KiB; more is a mistake or an attack
 BACKEND: web.AppKey[AgentBackend] = web.AppKey("backend", AgentBackend)
 

@@ -18,7 +18,8 @@ read again (a rotated token or CA is picked up) and the registration is redone i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -53,6 +54,7 @@ class ApiClient:
 
     def __init__(self, creds: ClusterCredentials, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.creds = creds
+        self.timeout = timeout
         self._ssl = client_ssl_context(creds)
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if creds.token:
@@ -83,6 +85,29 @@ class ApiClient:
         if code not in ok:
             raise ApiError(method, path, code, data)
         return data
+
+    async def stream(self, path: str, read_timeout: float) -> AsyncIterator[dict[str, Any]]:
+        """A watch: one JSON object per line until the server ends the response; a non-200
+        answer is an ApiError (410 Gone included)."""
+        kwargs: dict[str, Any] = {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=self.timeout,
+                                                                   sock_read=read_timeout)}
+        if self._ssl is not None:
+            kwargs["ssl"] = self._ssl
+            if self.creds.tls_server_name:
+                kwargs["server_hostname"] = self.creds.tls_server_name
+        async with self._session.get(self.creds.server + path, **kwargs) as resp:
+            if resp.status != 200:
+                try:
+                    data = await resp.json(content_type=None)
+                except ValueError:
+                    data = None
+                raise ApiError("GET", path, resp.status, data)
+            async for line in resp.content:
+                text = line.strip()
+                if text:
+                    event = json.loads(text)
+                    if isinstance(event, dict):
+                        yield event
 
     async def close(self) -> None:
         await self._session.close()

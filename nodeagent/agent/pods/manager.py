@@ -90,6 +90,9 @@ class PodManager:
         self._qos_applied: dict[str, CgroupSpec] = {}
         self._recorded_uids: set[str] = set()  # every uid restore() read, even of a record it could not plan
         self.resizes = Resizes(self, self._lock, self._changed)  # pods/resize: in-place resizes
+        # called (no arguments, on the loop) on every change of a pod: the control-plane pod sync
+        # writes statuses and confirms deletions from them (cluster_client/podsource.py)
+        self.listeners: list[Callable[[], None]] = []
 
     # ---- setup ----
     def setup_cgroups(self) -> None:
@@ -178,6 +181,8 @@ class PodManager:
         if self._saver is None or self._saver.done():
             self._saver = self._tasks.start(self._save_dirty(), name="checkpoints")
         self.resizes.changed()  # a deferred resize may fit now
+        for listener in self.listeners:
+            listener()
 
     async def _save_dirty(self) -> None:
         """Every dirty pod's record in one group commit, until nothing is dirty."""
