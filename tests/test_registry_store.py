@@ -272,6 +272,30 @@ async def test_spec_and_status_updates_reset_each_other() -> None:
     assert via_status["metadata"]["generation"] == 1
 
 
+@pytest.mark.parametrize("subresource", ["", "status"])
+async def test_an_update_naming_another_uid_is_422_and_changes_nothing(subresource: str) -> None:
+    """The uid is immutable (kube-apiserver's ValidateObjectMetaUpdate): a writer that names the uid
+    of a pod that was deleted and made again under the same name is refused, not applied to the new one
+    (the kubelet's status patches carry the uid for exactly this)."""
+    reg, pods, store, _ = await _pods()
+    obj = await pods.create("default", pod(), Context())
+    stale = {**obj, "metadata": {**obj["metadata"], "uid": "0b3a8f6e-0000-4000-8000-000000000000"},
+             "status": {"phase": "Running"}}
+    rev = store.revision
+    with pytest.raises(StatusError) as e:
+        await pods.update("default", "web", stale, Context(), subresource=subresource)
+    assert e.value.code == 422
+    causes = e.value.status["details"]["causes"]
+    assert causes == [{"reason": "FieldValueInvalid", "field": "metadata.uid",
+                       "message": 'Invalid value: "0b3a8f6e-0000-4000-8000-000000000000": field is immutable'}]
+    assert store.revision == rev
+    uid = obj["metadata"]["uid"]
+    same = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "uid"},
+            "status": {"phase": "Running"}}  # no uid (or its own) is fine
+    updated, _ = await pods.update("default", "web", same, Context(), subresource=subresource)
+    assert updated["metadata"]["uid"] == uid
+
+
 async def test_generation_bumps_on_spec_changes_only() -> None:
     reg, pods, *_ = await _pods()
     obj = await pods.create("default", pod(), Context())

@@ -513,6 +513,7 @@ class GenericStore:
                             subresource: str) -> Obj | None:
         """Prepare, validate, admit and write one update; None when the key moved meanwhile."""
         name = old["metadata"]["name"]
+        sent_uid = _meta(new).get("uid")  # kept as the old one when unset; a different one is refused below
         if subresource:
             if subresource == "status":
                 new = self.strategy.prepare_for_status_update(new, old)
@@ -530,6 +531,8 @@ class GenericStore:
             if self.strategy.generation and self.strategy.spec_of(new) != self.strategy.spec_of(old):
                 new["metadata"]["generation"] = int(old["metadata"].get("generation") or 0) + 1
             errs = self.strategy.validate_meta(new) + self.strategy.validate_update(new, old)
+        if sent_uid and sent_uid != old["metadata"].get("uid"):  # kube-apiserver's ValidateObjectMetaUpdate
+            errs.append(FieldError("metadata.uid", f'Invalid value: "{sent_uid}": field is immutable'))
         if old["metadata"].get("deletionTimestamp"):
             added = set(new["metadata"].get("finalizers") or ()) - set(old["metadata"].get("finalizers") or ())
             if added:
