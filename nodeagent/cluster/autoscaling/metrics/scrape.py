@@ -229,7 +229,7 @@ class MetricsStore:
         usage = self.window.usage(key, reading.timestamp, self.rate_window)
         if usage is None or usage.cpu_cores is None:
             return None
-        return Point(usage.cpu_cores, usage.memory_bytes, usage.timestamp, usage.window)
+        return Point(usage.cpu_cores, usage.memory_bytes, usage.timestamp, round(usage.window, 3))  # ms stamps
 
     def _add(self, keys: list[Hashable], readings: list[Reading]) -> None:
         usable = [(k, r) for k, r in zip(keys, readings, strict=True)
