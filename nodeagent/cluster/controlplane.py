@@ -24,6 +24,7 @@ from nodeagent.cluster.admitters.chain import AdmissionChain
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
+from nodeagent.cluster.apiserver.metrics_api import start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
@@ -110,8 +111,9 @@ class ControlPlane:
             await self._admission(registry, extra, tasks)
             add_binding(registry, settings)
             recorder = await self._scheduler(registry, tasks)
+            metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
-                                  log_requests=self.config.logging.level == "debug")
+                                  log_requests=self.config.logging.level == "debug", metrics=metrics)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
             await runner.setup()
             site = web.TCPSite(runner, self.config.address, self.config.port, ssl_context=tls)

@@ -13,6 +13,12 @@
     security:                   # set: HTTPS with a CA and serving certificate made on first start
       tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
       authorizationMode: [Node, RBAC]
+    metricResolution: 15s       # how often the agents' /metrics/resource is scraped (1s at the least)
+    metricsScrape:              # how the server authenticates to the agents it scrapes
+      tokenFile: /etc/nodeagent/agent-token      # a bearer token the agents' tokenFile holds
+      caFile: /etc/nodeagent/agent-ca.crt        # verifies the agents' serving certificates
+      insecureSkipTLSVerify: false               # metrics-server's --kubelet-insecure-tls
+      timeout: 10s                               # per agent; at most 80% of the resolution is used
 """
 
 from __future__ import annotations
@@ -44,6 +50,25 @@ class StorageConfig(BaseModel):
     path: AbsolutePath = "/var/lib/nodeagent-server/state.db"
 
 
+def _at_least_a_second(seconds: float) -> float:
+    if seconds < 1.0:
+        raise ValueError(f"must be at least 1s, got {seconds:g}s")
+    return seconds
+
+
+class MetricsScrapeConfig(BaseModel):
+    """The server's credentials toward the agents. With `security` on, the server also presents a
+    client certificate from its client CA (CN system:nodeagent-metrics-scraper) over HTTPS: an agent
+    whose authentication.clientCAFile is the server's client-ca.crt accepts it as it is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    token_file: AbsolutePath | None = None
+    ca_file: AbsolutePath | None = Field(default=None, alias="caFile")
+    insecure_skip_tls_verify: bool = Field(default=False, alias="insecureSkipTLSVerify")
+    timeout: PositiveDuration = 10.0
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -56,6 +81,8 @@ class ServerConfig(BaseModel):
     compaction_interval: PositiveDuration = 300.0  # kube-apiserver's --etcd-compaction-interval
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     security: SecurityConfig | None = None  # unset: plain HTTP on loopback, no authentication
+    metric_resolution: Annotated[PositiveDuration, AfterValidator(_at_least_a_second)] = 15.0
+    metrics_scrape: MetricsScrapeConfig = Field(default_factory=MetricsScrapeConfig)
 
     @model_validator(mode="after")
     def _loopback(self) -> ServerConfig:

@@ -24,6 +24,8 @@ from aiohttp import web
 from nodeagent.cluster.apiserver import protobuf
 from nodeagent.cluster.apiserver.discovery import Discovery
 from nodeagent.cluster.apiserver.encoding import json_response
+from nodeagent.cluster.apiserver.metrics_api import GROUP as METRICS_GROUP
+from nodeagent.cluster.apiserver.metrics_api import MetricsAPI, MetricsCatalog
 from nodeagent.cluster.apiserver.negotiation import wants_aggregated_discovery
 from nodeagent.cluster.apiserver.requestinfo import request_info
 from nodeagent.cluster.apiserver.resources import ApiSettings, handle
@@ -149,9 +151,10 @@ class KubeAPI:
     """The dispatcher: non-resource paths here, resource paths to resources.handle."""
 
     def __init__(self, registry: Registry, settings: ApiSettings, *, openapi: OpenAPISource | None = None,
-                 software_version: str = "0.1.0", ready: Callable[[], bool] | None = None) -> None:
-        self.registry, self.settings, self.openapi = registry, settings, openapi
-        self.discovery = Discovery(registry.catalog)
+                 software_version: str = "0.1.0", ready: Callable[[], bool] | None = None,
+                 metrics: MetricsAPI | None = None) -> None:
+        self.registry, self.settings, self.openapi, self.metrics = registry, settings, openapi, metrics
+        self.discovery = Discovery(registry.catalog if metrics is None else MetricsCatalog(registry.catalog))
         self.version = orjson.dumps(version_info(software_version))
         self.ready = ready or (lambda: True)
 
@@ -159,6 +162,8 @@ class KubeAPI:
         path = request.path
         ri = request_info(request.method, path, request.query.get("watch"))
         if ri.resource_request:
+            if self.metrics is not None and ri.api_prefix == "apis" and ri.group == METRICS_GROUP:
+                return await self.metrics.handle(request, ri)
             return await handle(request, ri, self.registry, self.settings)
         if request.method not in ("GET", "HEAD"):
             raise errors.path_not_found()
@@ -210,7 +215,8 @@ class KubeAPI:
 
 
 def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenAPISource | None = None,
-                    ready: Callable[[], bool] | None = None, log_requests: bool = False) -> web.Application:
+                    ready: Callable[[], bool] | None = None, log_requests: bool = False,
+                    metrics: MetricsAPI | None = None) -> web.Application:
     """The application; `log_requests` adds the debug request log (request_log), outermost so it
     sees the code the client gets."""
     middlewares: list[Any] = [request_log] if log_requests else []
@@ -221,7 +227,7 @@ def create_kube_app(registry: Registry, settings: ApiSettings, *, openapi: OpenA
     for info in registry.catalog:  # every kind with a `scale` subresource serves it through ScaleREST's rules
         if registry.catalog.subresource(info, "scale") is not None:
             settings.subresources.setdefault((info.group, info.plural, "scale"), scale_handler)
-    api = KubeAPI(registry, settings, openapi=openapi, ready=ready)
+    api = KubeAPI(registry, settings, openapi=openapi, ready=ready, metrics=metrics)
     app[REGISTRY] = registry
     app[SETTINGS] = settings
     app.router.add_route("*", "/{tail:.*}", api.dispatch)
