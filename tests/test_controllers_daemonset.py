@@ -502,6 +502,13 @@ def test_surge_replaces_an_old_pod_that_stopped_being_ready() -> None:
     assert deleted(dsc.sync(ds, [node("n0")], pods, [revision_of(ds, 2)], now=NOW)) == ["old"]
 
 
+def test_surge_creates_beside_a_terminating_pod() -> None:
+    # podsShouldBeOnNode: with surge a node needs one pod not being deleted; without, it waits
+    surge, plain = daemonset(strategy=rolling(0, 1)), daemonset(strategy=rolling(1, 0))
+    assert created_on(dsc.sync(surge, [node("n0")], [dpod("t", surge, "n0", deleting=NOW - 1)], now=NOW)) == ["n0"]
+    assert created_on(dsc.sync(plain, [node("n0")], [dpod("t", plain, "n0", deleting=NOW - 1)], now=NOW)) == []
+
+
 def test_surge_immediately_replaces_old_unavailable_pods_beyond_max_surge() -> None:
     ds = daemonset(strategy=rolling(0, 1))
     nodes, pods = _old_fleet(ds, 3, ready=False)

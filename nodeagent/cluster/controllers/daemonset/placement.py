@@ -49,14 +49,6 @@ def add_daemon_tolerations(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def simulated_pod_spec(ds: Obj, node_name: str) -> dict[str, Any]:
-    """NewPod: the template's spec on `node_name`, with the daemon tolerations."""
-    template_spec = (spec(ds).get("template") or {}).get("spec") or {}
-    out = add_daemon_tolerations(template_spec)
-    out["nodeName"] = node_name
-    return out
-
-
 def should_run(node: Obj, ds: Obj) -> tuple[bool, bool]:
     """NodeShouldRunDaemonPod: (shouldRun, shouldContinueRunning).
 
@@ -68,11 +60,16 @@ def should_run(node: Obj, ds: Obj) -> tuple[bool, bool]:
     template_node = str(((spec(ds).get("template") or {}).get("spec") or {}).get("nodeName") or "")
     if template_node and template_node != node_name:
         return False, False
-    pod_spec = simulated_pod_spec(ds, node_name)
-    if not required_affinity_matches(pod_spec, node):
+    template_spec = (spec(ds).get("template") or {}).get("spec") or {}
+    if not required_affinity_matches(template_spec, node):
         return False, False
     taints = node_taints(node)
-    tolerations = pod_spec.get("tolerations") or []
+    if not taints:
+        return True, True
+    # the simulated pod's tolerations only (NewPod copies the whole spec: a copy per node is costly)
+    tolerations = add_daemon_tolerations(
+        {"tolerations": template_spec.get("tolerations") or [], "hostNetwork": template_spec.get("hostNetwork")}
+    )["tolerations"]
     if untolerated(taints, tolerations, lambda t: t.get("effect") in ("NoExecute", "NoSchedule")) is not None:
         return False, untolerated(taints, tolerations, lambda t: t.get("effect") == "NoExecute") is None
     return True, True
