@@ -340,6 +340,12 @@ def test_status_uses_the_oldest_pod_of_a_node() -> None:
     assert (st["numberReady"], st["updatedNumberScheduled"], st["currentNumberScheduled"]) == (1, 0, 1)
 
 
+def test_the_status_write_keeps_the_collision_count() -> None:
+    ds = daemonset(status={"collisionCount": 3})
+    st = status_of(dsc.sync(ds, NODES[:1], [], now=NOW))
+    assert st["collisionCount"] == 3 and st["desiredNumberScheduled"] == 1 and st["observedGeneration"] == 1
+
+
 def test_an_unchanged_status_is_not_written() -> None:
     ds = daemonset(status={"observedGeneration": 1, "desiredNumberScheduled": 1, "currentNumberScheduled": 1,
                            "numberMisscheduled": 0, "numberReady": 1, "updatedNumberScheduled": 1,
@@ -361,6 +367,26 @@ def test_revision_data_is_the_template_replace_patch() -> None:
     assert history.patch_data(ds) == {"spec": {"template": {**ds["spec"]["template"], "$patch": "replace"}}}
     rev = history.new_revision(ds, 7)
     assert rev["metadata"]["labels"] == {"app": "web", HASH: hash_of(ds)} and rev["revision"] == 7
+
+
+def test_revision_match_is_semantic_as_a_go_client_writes_it() -> None:
+    # Go's json.Marshal of the template writes "creationTimestamp": null and no empty maps
+    ds = daemonset()
+    rev = revision_of(ds, 1)
+    rev["data"]["spec"]["template"]["metadata"]["creationTimestamp"] = None
+    rev["data"]["spec"]["template"]["spec"]["volumes"] = []
+    assert history.matches(ds, rev)
+    rev["data"]["spec"]["template"]["spec"]["containers"][0]["image"] = "nginx"
+    assert not history.matches(ds, rev)
+
+
+def test_an_orphan_revision_of_the_selector_is_adopted() -> None:
+    ds = daemonset()
+    orphan = revision_of(ds, 1)
+    del orphan["metadata"]["ownerReferences"]
+    s = dsc.sync(ds, NODES[:1], [], [orphan], now=NOW)
+    assert [(p.ref.kind, p.reason) for p in s.plan.of_type(Patch)] == [("ControllerRevision", "adopt")]
+    assert not [c for c in s.plan.of_type(Create) if c.obj["kind"] == "ControllerRevision"]
 
 
 def test_a_new_template_gets_max_plus_one() -> None:
