@@ -63,3 +63,14 @@ class Expectations:
     def pending(self, key: str) -> tuple[int, int]:
         r = self._records.get(key)
         return (0, 0) if r is None else (max(r.add, 0), max(r.delete, 0))
+
+    def set_expectations(self, key: str, add: int, pod_keys: list[str], now: float) -> None:
+        """SetExpectations: creates and deletes of one sync at once (a DaemonSet does both)."""
+        self._records[key] = _Record(add=add, delete=len(pod_keys), timestamp=now, deleting_keys=set(pod_keys))
+
+    def lower_expectations(self, key: str, add: int, delete: int) -> None:
+        """LowerExpectations: creates or deletes that were never attempted (a slow start cut short)."""
+        r = self._records.get(key)
+        if r is not None:
+            r.add -= add
+            r.delete -= delete
