@@ -242,7 +242,7 @@ class PodManager:
         """Admit, record durably (group commit), then start: answered once the record is on disk."""
         pod = parse_pod(manifest)
         # an image runs by the OCI runtime, never as a host process unless the pod says so
-        refuse_images(pod, None)  # image pods stay refused until their end-to-end path is tested
+        refuse_images(pod, self.env.oci.name if self.env.oci is not None else None)
         async with self._lock:
             key = (pod.metadata.namespace, pod.metadata.name)
             if key in self.pods:

@@ -70,7 +70,7 @@ from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import find_container_process
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
-from nodeagent.agent.runtime.oci.runtime import OciRuntime
+from nodeagent.agent.runtime.oci.runtime import OciRuntime, cgroup_mounts, remove_runtime_cgroups
 from nodeagent.agent.runtime.oci.sandbox import Sandbox, sandbox_cgroup
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated, Waiting
@@ -89,6 +89,9 @@ REMOVE_STEP_S = 30.0  # kill + rmdir of a stopped pod's cgroups: each bounded by
 REASON_POD_INITIALIZING = "PodInitializing"  # a container not created yet in a pod with init containers
 REASON_CREATING = "ContainerCreating"
 REASON_FAILED = "Failed"  # the event of a container that cannot be configured
+# the controllers whose hierarchies the driver may manage: any other cgroup mount is foreign to it
+FOREIGN_CHECK_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "io", "devices", "freezer",
+                             "hugetlb")
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,19 @@ class PodWorker:
             await image.release()
         if self.sandbox is not None:
             await off_loop(self.sandbox.stop)
+        await off_loop(self._remove_runtime_cgroups)
+
+    def _remove_runtime_cgroups(self) -> None:
+        """What runc made of the pod's path in the hierarchies the driver does not manage (v1)."""
+        driver = self.env.driver
+        managed = {driver.hierarchy(c) for c in FOREIGN_CHECK_CONTROLLERS} - {None}
+        foreign = [m for m in cgroup_mounts() if m not in managed]
+        if not foreign:
+            return
+        paths = [p for image in self.image_containers.values() for p in (image.cgroup, image.c.cgroup_path)]
+        parts = self.plan.cgroup_path.split("/")
+        paths += ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]  # the pod, its QoS tier, kubepods
+        remove_runtime_cgroups(foreign, driver.root, paths)
 
     def start(self, record: PodCheckpoint | None = None, shims: dict[str, int] | None = None) -> None:
         """Create cgroups, re-adopt what a checkpoint record names, start the probes and whatever

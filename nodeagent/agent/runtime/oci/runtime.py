@@ -245,3 +245,40 @@ def watch_ready(monitor_pid: int, container_pids: Callable[[], list[int]],
 
     threading.Thread(target=poll, name=f"oci-ready-{monitor_pid}", daemon=True).start()
     return r
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Mount points of every cgroup (v1) and cgroup2 filesystem."""
+    out = []
+    try:
+        with open(mountinfo) as f:
+            for line in f:
+                fields = line.split()
+                if " - " not in line or len(fields) < 5:
+                    continue
+                fstype = line.split(" - ", 1)[1].split()[0]
+                if fstype in ("cgroup", "cgroup2"):
+                    out.append(fields[4].replace("\\040", " "))
+    except OSError:
+        return []
+    return out
+
+
+def remove_runtime_cgroups(mounts: Sequence[str], driver_root: str, paths: Sequence[str]) -> int:
+    """rmdir `paths` (relative to the agent's cgroup root, in the order given: deepest first) in
+    each of `mounts`: on a v1 host runc also creates the container's cgroup path in the
+    hierarchies the agent's driver does not manage (blkio, devices, freezer, the hybrid unified
+    one...) and `runc delete` removes only the leaf. A directory still in use or not empty stays
+    (rmdir fails); returns how many were removed."""
+    n = 0
+    for mount in mounts:
+        for path in paths:
+            d = os.path.join(mount, driver_root.strip("/"), path.strip("/")).rstrip("/")
+            if d == mount.rstrip("/"):
+                continue
+            try:
+                os.rmdir(d)
+                n += 1
+            except OSError:
+                pass
+    return n
