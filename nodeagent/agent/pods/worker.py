@@ -267,6 +267,8 @@ class PodWorker:
     def _remove_runtime_cgroups(self) -> None:
         """What runc made of the pod's path in the hierarchies the driver does not manage (v1)."""
         driver = self.env.driver
+        if driver.version != 1:  # v2: one hierarchy, the driver's own
+            return
         managed = {driver.hierarchy(c) for c in FOREIGN_CHECK_CONTROLLERS} - {None}
         foreign = [m for m in cgroup_mounts() if m not in managed]
         if not foreign:
