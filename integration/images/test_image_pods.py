@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_harness import AgentProcess, container_status, poll_until
+from kernel_view import is_running
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.runtime.oci import rootfs
@@ -162,3 +164,33 @@ def test_without_an_oci_runtime_an_image_pod_is_refused(make_agent: Callable[...
     assert status == 422, body
     assert [c["field"] for c in body["details"]["causes"]] == ["spec.containers[0].image"], body
     assert "ociRuntime" in body["details"]["causes"][0]["message"]
+
+
+def test_an_image_container_is_adopted_after_the_agent_is_killed(make_agent: Callable[..., AgentProcess],
+                                                                  registry: Any) -> None:
+    """The runtime's monitor (`runc run`, recorded in the checkpoint) lives in the pod's sandbox
+    cgroup, outside the agent: after a SIGKILL of the agent the next one follows the same run, and
+    a deletion then stops and removes it as before."""
+    agent = make_agent()
+    created = agent.create_ok(image_pod("web", f"{registry.host}/test/small:1", args=["-c", "exec sleep 300"]))
+    uid = created["metadata"]["uid"]
+    poll_until(lambda: "running" in state_of(agent, "web"), 60, "the image container to run\n" + agent.log_tail())
+    pod = agent.pod("web")
+    assert pod is not None
+    before = container_status(pod)["containerID"]
+    inner = agent.cg.pids(f"{layout.container_path('Guaranteed', uid, 'main')}/oci")
+    assert inner
+    agent.crash()
+    agent.start()
+    poll_until(lambda: "running" in state_of(agent, "web"), 30, "the adopted container\n" + agent.log_tail())
+    pod = agent.pod("web")
+    assert pod is not None
+    cs = container_status(pod)
+    assert cs["containerID"] == before and cs["restartCount"] == 0, cs
+    assert agent.cg.pids(f"{layout.container_path('Guaranteed', uid, 'main')}/oci") == inner
+    status, _ = agent.delete("web", grace=1)
+    assert status == 200
+    poll_until(lambda: agent.pod("web") is None, 30, "the pod to be removed\n" + agent.log_tail())
+    assert not rootfs.mounts_under(str(agent.state_dir)), "a mount was left behind"
+    assert not runtime_leftovers(agent, uid)
+    assert all(not is_running(p) for p in inner), [Path(f"/proc/{p}/status").read_text()[:300] for p in inner]
