@@ -16,6 +16,7 @@ import pytest
 from agent_harness import AgentProcess, container_status, poll_until
 from kernel_view import is_running
 
+from images.test_images import _load_overlay_module
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.runtime import cgroup_mounts
@@ -29,6 +30,7 @@ MEMORY = 64 << 20
 def make_agent(make_agent: Callable[..., AgentProcess]) -> Iterator[Callable[..., AgentProcess]]:
     """The harness's, plus: the agent's cgroup root removed from the hierarchies its driver does not
     manage, where runc made it on a v1 host (the pods' own directories the agent removes itself)."""
+    _load_overlay_module()  # the UML guest's kernel has overlayfs as a module
     agents: list[AgentProcess] = []
 
     def make(**kw: Any) -> AgentProcess:
@@ -65,6 +67,15 @@ def image_pod(name: str, image: str, *, args: list[str] | None = None, restart: 
             "spec": {"containers": [c], "restartPolicy": restart, "terminationGracePeriodSeconds": 2}}
 
 
+def wait_state(agent: AgentProcess, name: str, key: str, timeout: float) -> None:
+    """Until the container's state is `key` (running, terminated); the agent's log in the failure."""
+    try:
+        poll_until(lambda: key in state_of(agent, name), timeout, f"{name} to be {key}")
+    except AssertionError as e:
+        events = [(ev["reason"], ev["message"]) for ev in agent.request("GET", "/api/v1/events")[1]["items"]]
+        raise AssertionError(f"{e}: {state_of(agent, name)}\n{events}\n{agent.log_tail(300)}") from None
+
+
 def state_of(agent: AgentProcess, name: str) -> dict[str, Any]:
     pod = agent.pod(name)
     assert pod is not None
@@ -90,7 +101,7 @@ def test_image_pod_runs_in_its_container_cgroup_with_its_limits_and_is_removed(
            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
     created = agent.create_ok(image_pod("web", image, args=["-c", script], env=env))  # Entrypoint /bin/sh
     uid = created["metadata"]["uid"]
-    poll_until(lambda: "running" in state_of(agent, "web"), 60, "the image container to run\n" + agent.log_tail())
+    wait_state(agent, "web", "running", 240)
     pod = agent.pod("web")
     assert pod is not None and pod["status"]["phase"] == "Running"
     assert container_status(pod)["containerID"]
@@ -106,7 +117,7 @@ def test_image_pod_runs_in_its_container_cgroup_with_its_limits_and_is_removed(
     assert agent.cg.pids(sandbox_cgroup(layout.pod_path("Guaranteed", uid)))
 
     # the logs, through the agent's log API: env (downward API too), hostname, QoS oom_score_adj
-    poll_until(lambda: "hello from web as web" in log_of(agent, "web"), 20, "the container's output")
+    poll_until(lambda: len(log_of(agent, "web").splitlines()) >= 3, 20, "the container's output")
     lines = log_of(agent, "web").splitlines()
     # Guaranteed: -997, as a host process gets it (clamped where the bounding set lacks CAP_SYS_RESOURCE)
     assert lines[:3] == ["hello from web as web", str(clamp_oom_score_adj(-997)), "web"], lines
@@ -134,7 +145,7 @@ def test_oom_inside_an_image_container_reads_oomkilled(make_agent: Callable[...,
     hog = "x=0123456789; while :; do x=$x$x; done"
     agent.create_ok(image_pod("hog", f"{registry.host}/test/small:1", args=["-c", hog], restart="Never",
                               memory="24Mi"))
-    poll_until(lambda: "terminated" in state_of(agent, "hog"), 60, "the container to be killed\n" + agent.log_tail())
+    wait_state(agent, "hog", "terminated", 240)
     terminated = state_of(agent, "hog")["terminated"]
     assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137, terminated
 
@@ -174,7 +185,7 @@ def test_an_image_container_is_adopted_after_the_agent_is_killed(make_agent: Cal
     agent = make_agent()
     created = agent.create_ok(image_pod("web", f"{registry.host}/test/small:1", args=["-c", "exec sleep 300"]))
     uid = created["metadata"]["uid"]
-    poll_until(lambda: "running" in state_of(agent, "web"), 60, "the image container to run\n" + agent.log_tail())
+    wait_state(agent, "web", "running", 240)
     pod = agent.pod("web")
     assert pod is not None
     before = container_status(pod)["containerID"]
@@ -182,7 +193,7 @@ def test_an_image_container_is_adopted_after_the_agent_is_killed(make_agent: Cal
     assert inner
     agent.crash()
     agent.start()
-    poll_until(lambda: "running" in state_of(agent, "web"), 30, "the adopted container\n" + agent.log_tail())
+    wait_state(agent, "web", "running", 60)
     pod = agent.pod("web")
     assert pod is not None
     cs = container_status(pod)

@@ -70,7 +70,7 @@ from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import find_container_process
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
-from nodeagent.agent.runtime.oci.runtime import OciRuntime, cgroup_mounts, remove_runtime_cgroups
+from nodeagent.agent.runtime.oci.runtime import OciRuntime, cgroup_mounts, container_id, remove_runtime_cgroups
 from nodeagent.agent.runtime.oci.sandbox import Sandbox, sandbox_cgroup
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated, Waiting
@@ -341,7 +341,7 @@ class PodWorker:
                      else find_container_process(driver.procs_files(c.cgroup_path), driver.pids(c.cgroup_path), shims))
         except OSError:
             found = None
-        if c.from_image and self.env.oci is not None and self.env.oci.has_state(f"{self.plan.uid}-{c.name}"):
+        if c.from_image and self.env.oci is not None and self.env.oci.has_state(container_id(self.plan.uid, c.name)):
             # spawned after the last record, or its monitor is gone: its next start deletes it (runc
             # delete --force kills what is left), so it is never left running unsupervised
             self._log.warning("image_container_not_adopted", container=c.name,

@@ -201,15 +201,27 @@ class OciRuntime:
         return proc.returncode if proc.returncode is not None else -1, out
 
 
+def is_runtime_process(comm: str, exe: str) -> bool:
+    """A process of the runtime's own, not yet the container's: runc's init stages rename
+    themselves ("runc:[0:PARENT]", "runc:[1:CHILD]", "runc:[2:INIT]"), but right after runc
+    re-execs itself (from a memfd copy of its binary, or /proc/self/exe) the name is still the
+    exec'd file's ("exe", a number); its executable is then runc's, or the memfd."""
+    if comm.startswith(RUNTIME_COMMS):
+        return True
+    path = exe.removesuffix(" (deleted)")
+    return path.startswith("/memfd:") or os.path.basename(path) in RUNTIME_COMMS
+
+
 def container_process_running(pids: Sequence[int]) -> bool:
     """One of `pids` is the container's own process: it has exec'd past the runtime's init."""
     for pid in pids:
         try:
             with open(f"/proc/{pid}/comm") as f:
                 comm = f.read().strip()
+            exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             continue
-        if not comm.startswith(RUNTIME_COMMS):
+        if not is_runtime_process(comm, exe):
             return True
     return False
 
