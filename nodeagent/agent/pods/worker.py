@@ -28,6 +28,12 @@ Around the processes, as the kubelet's pod worker:
 A postStart hook is not run again for a container adopted after an agent restart; probes start
 again for adopted containers, their first runs spread over one period.
 
+A container that names an image (plan.ContainerPlan.from_image) runs by the OCI runtime
+(image_container.py): its ContainerWorker gets the image's `prepare` step and the runtime's
+spawner; the pod gets a sandbox cgroup and process; a deletion removes the bundles, releases
+the image leases and stops the sandbox before the cgroups go. Without a runtime such a container
+waits (CreateContainerError) and never runs as a host process.
+
 Restart: containers with a record (or a process found in their cgroup) are resumed, the others
 are left to the order above, so an init container whose success is recorded is not run again.
 

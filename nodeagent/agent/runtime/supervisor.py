@@ -21,6 +21,10 @@ the process: it keeps running (and is still observed until `detach()`), and a ne
 it up again; `detach()` forgets it so a later agent can adopt it: that is how the agent shuts
 down without taking its pods with it.
 
+An optional `prepare` step is awaited before every start (an image container pulls its image and
+builds its OCI bundle there, pods/image_container.py): it reports its Waiting states through the
+worker, a stop cancels it (nothing starts then), and an error it raises is a StartError exit.
+
 Every state change is pushed to `on_change(status)`, so the daemon can checkpoint and the API
 can report; the worker keeps no other channel.
 
