@@ -319,9 +319,12 @@ def test_pod_that_does_not_fit_is_refused_and_nothing_runs(agent: AgentProcess, 
     agent.wait_running("fits")
 
 
-def test_a_pod_naming_an_image_is_refused_unless_it_opts_into_host_mode(agent: AgentProcess, tmp_path: Path) -> None:
-    """Containers are host processes: an `image` would be ignored and the command run on the host
-    as root. So it is a 422 naming the field, and nothing runs, unless the pod says host mode."""
+def test_a_pod_naming_an_image_is_refused_unless_it_opts_into_host_mode(make_agent: Callable[..., AgentProcess],
+                                                                        tmp_path: Path) -> None:
+    """Without an OCI runtime containers are host processes: an `image` would be ignored and the
+    command run on the host as root. So it is a 422 naming the field, and nothing runs, unless the
+    pod says host mode. (With a runtime the image runs: integration/images/test_image_pods.py.)"""
+    agent = make_agent(extra_config={"ociRuntime": "none"})
     marker = tmp_path / "ran"
     manifest = pod_manifest("imaged", f"touch {marker}; {SLEEP}", uid=_uid())
     manifest["spec"]["containers"][0]["image"] = "busybox:1.36"

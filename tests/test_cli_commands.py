@@ -319,6 +319,7 @@ def test_apply_reports_each_failure_and_goes_on(server: AgentServer, agent: Fake
     agent.add(manifest("taken"))
     bad = manifest("bad")
     del bad["spec"]["containers"][0]["command"]
+    del bad["spec"]["containers"][0]["image"]  # with an image, its entrypoint would do
     f = Path(short_dir, "pods.yaml")
     f.write_text(yaml.safe_dump_all([manifest("taken"), bad, manifest("huge"), manifest("ok")]))
     rc, out, err = run(capsys, "apply", "-f", str(f), *sock(server))

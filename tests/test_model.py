@@ -43,6 +43,18 @@ def c0(m: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
+@pytest.mark.parametrize(("image", "command", "args"), [("busybox:1", None, None), ("busybox:1", None, ["-c", "x"]),
+                                                       ("busybox:1", ["sh"], None)])
+def test_an_image_container_may_leave_command_to_the_image(image: str, command: list[str] | None,
+                                                           args: list[str] | None) -> None:
+    """Its Entrypoint/Cmd apply where command/args are absent (Kubernetes rules, runtime/oci/bundle.py)."""
+    c: dict[str, Any] = {"name": "a", "image": image}
+    c.update({k: v for k, v in (("command", command), ("args", args)) if v is not None})
+    pod = parse_pod({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {"containers": [c]}})
+    assert pod.spec.containers[0].command == (command or [])
+    assert pod.spec.containers[0].args == (args or [])
+
+
 def test_minimal_pod_gets_kubernetes_defaults() -> None:
     pod = parse_pod(manifest())
     assert pod.metadata.name == "web"
@@ -246,6 +258,8 @@ ERROR_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("typo-in-resources", _res(limit={"cpu": "1"}), 'spec.containers[0].resources.limit: unknown field "limit"'),
     ("command-missing", _set("spec.containers.0.command", DELETE), "spec.containers[0].command: Required value"),
     ("command-empty", _set("spec.containers.0.command", []), "spec.containers[0].command: Required value"),
+    ("command-empty-image", _set("spec.containers.0", {"name": "a", "image": ""}),
+     "spec.containers[0].command: Required value"),
     ("command-nul", _set("spec.containers.0.command", ["a\x00b"]), "spec.containers[0].command[0]: Invalid value"),
     ("no-containers", _set("spec.containers", []), "spec.containers: Required value"),
     ("containers-missing", _set("spec.containers", DELETE), "spec.containers: Required value"),

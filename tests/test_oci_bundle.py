@@ -18,7 +18,7 @@ from nodeagent.agent.runtime.oci.bundle import (
     oci_resources,
     resolve_user,
 )
-from nodeagent.agent.runtime.oci.runtime import cgroups_path, container_id
+from nodeagent.agent.runtime.oci.runtime import cgroups_path, container_id, is_runtime_process
 from nodeagent.agent.runtime.oci.select import choose_runtime, is_hybrid
 from nodeagent.core.errors import FieldError
 
@@ -184,3 +184,18 @@ def test_is_hybrid(tmp_path):
     f.write_text("\n")
     assert not is_hybrid(1, str(f))
     assert not is_hybrid(1, str(tmp_path / "absent"))
+
+
+@pytest.mark.parametrize(("comm", "exe", "runtime"), [
+    ("runc:[2:INIT]", "/usr/sbin/runc", True),
+    ("runc:[1:CHILD]", "/memfd:runc_cloned:/proc/self/exe (deleted)", True),
+    ("exe", "/memfd:runc_cloned:/proc/self/exe (deleted)", True),  # re-exec'd, not yet renamed
+    ("5", "/usr/sbin/runc", True),
+    ("crun", "/usr/bin/crun", True),
+    ("sh", "/bin/busybox", False),
+    ("sleep", "/bin/sleep", False),
+    ("exe", "/opt/app/exe", False),
+])
+def test_is_runtime_process(comm: str, exe: str, runtime: bool) -> None:
+    """Running is reported once the container's own process is in its cgroup, not runc's init."""
+    assert is_runtime_process(comm, exe) is runtime

@@ -171,7 +171,8 @@ class Agent:
         self.oci = oci
         self.images = images or manager_from_config(config, self.events, clock)
         env = PodEnv(driver=driver, state_dir=config.state_dir, memory_capacity=facts.capacity.memory,
-                     clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts)
+                     clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts,
+                     images=self.images, oci=oci)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
                                enforced_allocatable=allocatable.enforced_limits, max_pods=config.max_pods)
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,

@@ -1,31 +1,65 @@
-"""Pods that name an image are refused until the agent runs images (issue 16), unless the pod
-opts into host mode.
+"""What this node can run of a pod's containers: from images (the OCI runtime) or as host processes.
 
-A container here is a host process: its `image` would be ignored and its command run on the host,
-as whatever user it names (root by default). Accepting such a manifest silently is the most
-dangerous thing the agent could do with it, so it is a 422 naming the field; the annotation
-`nodeagent.io/host-process: "true"` says "run the command on the host, I know" explicitly.
+A container that names an `image` runs from it, through the OCI runtime the agent chose at start
+(config `ociRuntime`). Without one (`ociRuntime: none`, or none found) it is a 422 naming the
+field: running its command on the host instead, as whatever user it names (root by default),
+would be the most dangerous thing the agent could do with it. The annotation
+`nodeagent.io/host-process: "true"` says "run the command on the host, I know": the image is then
+ignored, so every container needs a `command`.
+
+Exec probes and exec lifecycle hooks of image containers are refused until they run inside the
+container (`runc exec`): today they would run on the host, outside the image.
 """
 
 from __future__ import annotations
 
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.model import Pod
+from nodeagent.core.model.pod import Container
 
 HOST_PROCESS_ANNOTATION = "nodeagent.io/host-process"
 
 
-def refuse_images(pod: Pod) -> None:
-    """ValidationErrors naming every container's `image`, unless the pod opts into host mode."""
-    if (pod.metadata.annotations or {}).get(HOST_PROCESS_ANNOTATION) == "true":
-        return
-    errors = [
-        FieldError(f"spec.{kind}[{i}].image",
-                   f"this node runs containers as host processes and cannot run images yet; remove "
-                   f"`image`, or annotate the pod {HOST_PROCESS_ANNOTATION}: \"true\" to run the "
-                   "command on the host")
-        for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers))
-        for i, c in enumerate(containers) if c.image
-    ]
+def is_host_process_pod(pod: Pod) -> bool:
+    return (pod.metadata.annotations or {}).get(HOST_PROCESS_ANNOTATION) == "true"
+
+
+def runs_image(pod: Pod, c: Container) -> bool:
+    """The container runs from its image (by the OCI runtime), not as a host process."""
+    return bool(c.image) and not is_host_process_pod(pod)
+
+
+def _exec_handlers(path: str, c: Container) -> list[FieldError]:
+    forbidden = "Forbidden: exec handlers of image containers are not supported yet (they would run on the host)"
+    out = [FieldError(f"{path}.{alias}.exec", forbidden)
+           for alias, p in (("livenessProbe", c.liveness_probe), ("readinessProbe", c.readiness_probe),
+                            ("startupProbe", c.startup_probe)) if p is not None and p.exec is not None]
+    if c.lifecycle is not None:
+        out += [FieldError(f"{path}.lifecycle.{alias}.exec", forbidden)
+                for alias, h in (("postStart", c.lifecycle.post_start), ("preStop", c.lifecycle.pre_stop))
+                if h is not None and h.exec is not None]
+    return out
+
+
+def refuse_images(pod: Pod, runtime: str | None) -> None:
+    """ValidationErrors naming every field this node cannot honour; `runtime`: the OCI runtime's
+    name (None: the agent has none, so no image runs)."""
+    host = is_host_process_pod(pod)
+    errors: list[FieldError] = []
+    for kind, containers in (("initContainers", pod.spec.init_containers), ("containers", pod.spec.containers)):
+        for i, c in enumerate(containers):
+            path = f"spec.{kind}[{i}]"
+            if host:
+                if not c.command:
+                    errors.append(FieldError(f"{path}.command", "Required value: a host-process pod runs `command` "
+                                                                "on the host; the image's entrypoint is not used"))
+            elif c.image and runtime is None:
+                errors.append(FieldError(
+                    f"{path}.image",
+                    "this node has no OCI runtime (ociRuntime: none, or none found) and cannot run images; "
+                    f"remove `image`, or annotate the pod {HOST_PROCESS_ANNOTATION}: \"true\" to run the "
+                    "command on the host"))
+            elif c.image:
+                errors += _exec_handlers(path, c)
     if errors:
         raise ValidationErrors(errors)

@@ -246,7 +246,8 @@ class PodManager:
     async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Admit, record durably (group commit), then start: answered once the record is on disk."""
         pod = parse_pod(manifest)
-        refuse_images(pod)  # no image runs as a host process unless the pod says so
+        # an image runs by the OCI runtime, never as a host process unless the pod says so
+        refuse_images(pod, self.env.oci.name if self.env.oci is not None else None)
         async with self._lock:
             key = (pod.metadata.namespace, pod.metadata.name)
             if key in self.pods:

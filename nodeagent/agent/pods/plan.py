@@ -17,6 +17,9 @@ has: none yet, so only an optional source may be missing), from the node facts t
 plan keeps the container's spec for what the worker runs around its process: probes, lifecycle
 hooks, the termination message file and policy.
 
+A container that runs from its image (host_process.runs_image) keeps its resolved variables
+(`env`) for its OCI bundle, which adds the image's; its launch spec is never run.
+
 Pure, except that a launch spec resolves HOME from the password database (LaunchSpec.from_container,
 as runc does) and `clamp_oom_score_adj` is the caller's: the agent's is the spawn module's,
 which knows whether this process may lower an oom_score_adj.
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.agent.lifecycle.init_sequence import supervisor_restart_policy
+from nodeagent.agent.pods.host_process import runs_image
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.spawn import LaunchSpec, container_env
 from nodeagent.agent.runtime.supervisor import ContainerConfig
@@ -51,6 +55,8 @@ class ContainerPlan:
     spec: Container  # probes, lifecycle hooks, terminationMessagePath/Policy, as the manifest gives them
     init: bool = False  # an init container: runs (a sidecar: starts) before the app containers
     config_error: str | None = None  # its environment cannot be made (CreateContainerConfigError): never started
+    from_image: bool = False  # run from its image by the OCI runtime (host_process.runs_image), not as a host process
+    env: tuple[tuple[str, str], ...] = ()  # its own variables, resolved (an image container's bundle adds the image's)
 
     @property
     def sidecar(self) -> bool:
@@ -113,6 +119,8 @@ def launch_spec(c: Container, pod: Pod, resolved: tuple[tuple[str, str], ...] | 
     defaults (PATH, HOME), and command and args are expanded against it; without it (the
     container cannot be configured and never starts) from the literal values alone."""
     security = pod.spec.security_context
+    if runs_image(pod, c) and not c.command:  # never run as a host process: the OCI bundle is (image_container.py)
+        return LaunchSpec((f"<entrypoint of {c.image}>", *c.args), dict(resolved or ()), c.working_dir or "/")
     if resolved is None:
         return LaunchSpec.from_container(c, security)
     uid = security.run_as_user if security is not None else None
@@ -166,7 +174,8 @@ def plan_pod(pod: Pod, *, state_dir: str, memory_capacity: int,
             image=c.image or "",
         )
         return ContainerPlan(c.name, layout.container_path(qos, meta.uid, c.name), layout.container_cgroup_spec(c),
-                             config, c, init=init, config_error=error)
+                             config, c, init=init, config_error=error, from_image=runs_image(pod, c),
+                             env=resolved or ())
 
     return PodPlan(pod=pod, qos=qos, critical=is_critical(pod), static=is_static(pod), resources=resources,
                    cgroup_path=cgroup_path, cgroup_spec=layout.pod_cgroup_spec(qos, resources), log_dir=log_dir,

@@ -28,6 +28,12 @@ Around the processes, as the kubelet's pod worker:
 A postStart hook is not run again for a container adopted after an agent restart; probes start
 again for adopted containers, their first runs spread over one period.
 
+A container that names an image (plan.ContainerPlan.from_image) runs by the OCI runtime
+(image_container.py): its ContainerWorker gets the image's `prepare` step and the runtime's
+spawner; the pod gets a sandbox cgroup and process; a deletion removes the bundles, releases
+the image leases and stops the sandbox before the cgroups go. Without a runtime such a container
+waits (CreateContainerError) and never runs as a host process.
+
 Restart: containers with a record (or a process found in their cgroup) are resumed, the others
 are left to the order above, so an init container whose success is recorded is not run again.
 
@@ -42,21 +48,23 @@ import contextlib
 import os
 import random
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
 
-from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cgroups.driver import CgroupDriver, CgroupSpec
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
+from nodeagent.agent.images.manager import ImageManager
 from nodeagent.agent.lifecycle.hooks import HookRunner, HookTarget
 from nodeagent.agent.lifecycle.init_sequence import InitSteps, next_steps, waiting_for
 from nodeagent.agent.lifecycle.phase import pod_phase
 from nodeagent.agent.lifecycle.termination_message import termination_message
 from nodeagent.agent.node.procfs import is_same_process
 from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, Deletion, PodCheckpoint
+from nodeagent.agent.pods.image_container import REASON_CREATE_ERROR, ImageContainer, off_loop
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.pods.resize import ResizeState
 from nodeagent.agent.probes.exec_probe import ExecTarget
@@ -68,6 +76,8 @@ from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import find_container_process
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
+from nodeagent.agent.runtime.oci.runtime import OciRuntime, cgroup_mounts, container_id, remove_runtime_cgroups
+from nodeagent.agent.runtime.oci.sandbox import Sandbox, sandbox_cgroup
 from nodeagent.agent.runtime.spawn import clamp_oom_score_adj
 from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated, Waiting
 from nodeagent.agent.runtime.supervisor import ContainerWorker
@@ -85,6 +95,9 @@ REMOVE_STEP_S = 30.0  # kill + rmdir of a stopped pod's cgroups: each bounded by
 REASON_POD_INITIALIZING = "PodInitializing"  # a container not created yet in a pod with init containers
 REASON_CREATING = "ContainerCreating"
 REASON_FAILED = "Failed"  # the event of a container that cannot be configured
+# the controllers whose hierarchies the driver may manage: any other cgroup mount is foreign to it
+FOREIGN_CHECK_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "io", "devices", "freezer",
+                             "hugetlb")
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,9 @@ class PodEnv:
     events: EventRecorder | None = None  # where probes and hooks record their events (None: logged only)
     node_facts: Callable[[], NodeFacts] = NodeFacts  # what the downward API reads of the node, at each plan
     http: HttpProber = field(default_factory=HttpProber)  # httpGet probes and hooks
+    images: ImageManager | None = None  # the image store: image containers pull and lease through it
+    oci: OciRuntime | None = None  # the OCI runtime image containers run with (None: none runs)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # an image container's retry waits
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
@@ -183,6 +199,8 @@ class PodWorker:
         self._detached = False
         self._init_failed: str | None = None
         self.resize = ResizeState()  # in-place resizes (resize.py); `plan` is the allocation
+        self.image_containers: dict[str, ImageContainer] = {}  # containers run from their image (the OCI runtime)
+        self.sandbox: Sandbox | None = None  # the pod's sandbox process, once an image container needs it
         self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
 
     @property
@@ -196,6 +214,8 @@ class PodWorker:
         driver.create(self.plan.cgroup_path, self.resize.pod_cgroup_spec(self.plan))
         for c in self.plan.all_containers:
             driver.create(c.cgroup_path, self.resize.container_cgroup_spec(c))
+        if any(c.from_image for c in self.plan.all_containers):  # the sandbox and the runtime's monitors
+            driver.create(sandbox_cgroup(self.plan.cgroup_path), CgroupSpec())
 
     def _container_worker(self, c: ContainerPlan) -> ContainerWorker:
         logs.prepare_log_dir(c.config.log_dir)
@@ -206,9 +226,63 @@ class PodWorker:
             if worker is not None:
                 self._container_changed(c, worker, status)
 
+        extra: dict[str, Any] = {}
+        if c.from_image:  # never a host process: the OCI runtime runs its bundle, or nothing runs
+            image = self._image_container(c)
+            extra = {"spawner": image.spawner(), "prepare": image.prepare} if image else {"prepare": self._no_runtime}
         worker = ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
-                                 backoff=backoff, on_change=changed, steps=self.env.steps)
+                                 backoff=backoff, on_change=changed, steps=self.env.steps, **extra)
         return worker
+
+    def _image_container(self, c: ContainerPlan) -> ImageContainer | None:
+        """The container's image side (image_container.py); None when the agent has no OCI runtime."""
+        env = self.env
+        if env.oci is None or env.images is None:
+            return None
+        if self.sandbox is None:
+            path = sandbox_cgroup(self.plan.cgroup_path)
+            self.sandbox = Sandbox(os.path.join(self.plan.log_dir, "oci"), lambda: env.driver.procs_files(path))
+        image = self.image_containers.get(c.name)
+        if image is None:
+            image = ImageContainer(self.plan, c, images=env.images, oci=env.oci, driver=env.driver,
+                                   sandbox=self.sandbox, sleep=env.sleep,
+                                   on_event=lambda reason, message: self._record_event(
+                                       c.name, Event(reason, message)))
+            self.image_containers[c.name] = image
+        return image
+
+    async def _no_runtime(self, waiting: Callable[[Waiting], None]) -> None:
+        """An image container on an agent without an OCI runtime (restored after the config
+        changed): it waits, named, and never runs as a host process."""
+        waiting(Waiting(REASON_CREATE_ERROR, "this node has no OCI runtime (ociRuntime) to run images with"))
+        await asyncio.Event().wait()
+
+    async def remove_image_containers(self) -> None:
+        """After the containers stopped for good: each bundle removed (runc delete, unmount), its
+        image lease released, then the sandbox; blocking parts off the loop."""
+        for image in self.image_containers.values():
+            try:
+                await off_loop(image.cleanup)
+            except OSError as e:
+                self._log.warning("image_container_cleanup_failed", container=image.c.name, error=str(e))
+            await image.release()
+        if self.sandbox is not None:
+            await off_loop(self.sandbox.stop)
+        await off_loop(self._remove_runtime_cgroups)
+
+    def _remove_runtime_cgroups(self) -> None:
+        """What runc made of the pod's path in the hierarchies the driver does not manage (v1)."""
+        driver = self.env.driver
+        if driver.version != 1:  # v2: one hierarchy, the driver's own
+            return
+        managed = {driver.hierarchy(c) for c in FOREIGN_CHECK_CONTROLLERS} - {None}
+        foreign = [m for m in cgroup_mounts() if m not in managed]
+        if not foreign:
+            return
+        paths = [p for image in self.image_containers.values() for p in (image.cgroup, image.c.cgroup_path)]
+        parts = self.plan.cgroup_path.split("/")
+        paths += ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]  # the pod, its QoS tier, kubepods
+        remove_runtime_cgroups(foreign, driver.root, paths)
 
     def start(self, record: PodCheckpoint | None = None, shims: dict[str, int] | None = None) -> None:
         """Create cgroups, re-adopt what a checkpoint record names, start the probes and whatever
@@ -269,9 +343,15 @@ class PodWorker:
             return True
         driver = self.env.driver
         try:
-            found = find_container_process(driver.procs_files(c.cgroup_path), driver.pids(c.cgroup_path), shims)
+            found = (None if c.from_image  # its monitor is not in its cgroup: not looked for there
+                     else find_container_process(driver.procs_files(c.cgroup_path), driver.pids(c.cgroup_path), shims))
         except OSError:
             found = None
+        if c.from_image and self.env.oci is not None and self.env.oci.has_state(container_id(self.plan.uid, c.name)):
+            # spawned after the last record, or its monitor is gone: its next start deletes it (runc
+            # delete --force kills what is left), so it is never left running unsupervised
+            self._log.warning("image_container_not_adopted", container=c.name,
+                              reason="no recorded monitor process alive; the container is deleted at its next start")
         ran_before = saved.pid is not None or current is not None
         if found is not None:  # spawned after the last record: adopt it, never start it again
             self._log.info("container_found_in_cgroup", container=c.name, pid=found[0])
@@ -384,7 +464,8 @@ class PodWorker:
         if state.container_id in known:
             return
         try:
-            message = termination_message(c.spec, state, log_path=worker.log_path,
+            spec = c.spec.model_copy(update={"termination_message_path": ""}) if c.from_image else c.spec
+            message = termination_message(spec, state, log_path=worker.log_path,  # an image's file is not the host's
                                           run_as_user=c.config.launch.run_as_user)
         except OSError as e:  # the log's tail could not be read
             self._log.warning("termination_message_failed", container=c.name, error=str(e))
@@ -419,7 +500,7 @@ class PodWorker:
         target = self._exec_targets.get(name)
         if target is None:
             c = self.plan.any_container(name)
-            if c is None:
+            if c is None or c.from_image:  # exec inside an image container is not supported yet (refused at admission)
                 return None
             launch = c.config.launch
             uid, gid = launch.identity()
@@ -537,6 +618,9 @@ class PodWorker:
         if self.probes is not None:
             await self.probes.stop()
         await self._guard.drain()
+        if self.image_containers or self.sandbox is not None:
+            with self._step(f"pod {self.pod.key}: remove its image containers", REMOVE_STEP_S):
+                await self.remove_image_containers()
         with self._step(f"pod {self.pod.key}: remove its cgroups", REMOVE_STEP_S):
             await asyncio.to_thread(self.remove_cgroups)  # kill/rmdir may wait for the kernel to reap
         self._refresh_conditions()

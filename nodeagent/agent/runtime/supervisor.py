@@ -21,6 +21,10 @@ the process: it keeps running (and is still observed until `detach()`), and a ne
 it up again; `detach()` forgets it so a later agent can adopt it: that is how the agent shuts
 down without taking its pods with it.
 
+An optional `prepare` step is awaited before every start (an image container pulls its image and
+builds its OCI bundle there, pods/image_container.py): it reports its Waiting states through the
+worker, a stop cancels it (nothing starts then), and an error it raises is a StartError exit.
+
 Every state change is pushed to `on_change(status)`, so the daemon can checkpoint and the API
 can report; the worker keeps no other channel.
 
@@ -70,6 +74,9 @@ from nodeagent.daemonkit.progress import Steps
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
+# before every start, awaited (an image container's pull and bundle): it reports Waiting states
+# through its argument and returns once the spawner may run; cancelled by stop()
+Prepare = Callable[[Callable[[Waiting], None]], Awaitable[None]]
 Sleep = Callable[[float], Awaitable[None]]
 KILL_WAIT_S = 10.0  # after SIGKILL an exit is due at once; bounded in case of D-state
 KILL_STEP_S = 30.0  # a cgroup kill: the driver gives up after its own 5 s kill timeout
@@ -128,6 +135,7 @@ class ContainerWorker:
         spawner: Spawner = spawn_ready,
         steps: Steps | None = None,
         releaser: MemoryReleaser | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         self.config = config
         self.cgroup = cgroup
@@ -136,6 +144,7 @@ class ContainerWorker:
         self._sleep = sleep
         self._on_change = on_change
         self._spawner = spawner
+        self._prepare = prepare
         self._steps = steps
         self._releaser = releaser if releaser is not None else default_releaser()
         self._status = ContainerStatus(name=config.name, image=config.image)
@@ -191,6 +200,45 @@ class ContainerWorker:
         except (OSError, ValueError):
             return None
 
+    def _waiting(self, state: Waiting) -> None:
+        if not self._stopping:
+            self._set(state=state, container_id="")
+
+    async def _prepared(self) -> bool:
+        """Await the `prepare` step; False when stop() came first (the step is cancelled)."""
+        if self._prepare is None:
+            return True
+        step = asyncio.ensure_future(self._prepare(self._waiting))
+        stopper = asyncio.ensure_future(self._stop_event.wait())
+        try:
+            await asyncio.wait({step, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not step.done():
+                step.cancel()
+            await asyncio.gather(step, stopper, return_exceptions=True)
+        if self._stopping or step.cancelled():
+            return False
+        step.result()  # its error is the start's
+        return True
+
+    async def _start(self) -> None:
+        """Prepare (if the container has such a step), then spawn the next run."""
+        try:
+            if not await self._prepared():
+                return
+        except (OSError, ValueError) as e:
+            self._start_failed(e)
+            return
+        self._launch()
+
+    def _start_failed(self, e: Exception) -> None:
+        now = self.clock.wall()
+        state = Terminated(START_ERROR_EXIT_CODE, REASON_START_ERROR, None, now, None, str(e))
+        self._log.warning("container_start_failed", error=str(e))
+        self._exit = _Exit(state, self.clock.now())
+        self._set(state=state, container_id="")
+
     def _launch(self) -> None:
         """Spawn the next run; on failure record a StartError exit for run() to handle."""
         path = self.log_path
@@ -203,11 +251,7 @@ class ContainerWorker:
             sp = self._spawner(self.config.launch, path, files, self.config.oom_score_adj)
             faults.hit("after-spawn")
         except (OSError, ValueError) as e:
-            now = self.clock.wall()
-            state = Terminated(START_ERROR_EXIT_CODE, REASON_START_ERROR, None, now, None, str(e))
-            self._log.warning("container_start_failed", error=str(e))
-            self._exit = _Exit(state, self.clock.now())
-            self._set(state=state, container_id="")
+            self._start_failed(e)
             return
         self._watch(sp.pid, sp.start_time, child=True, started_at=self.clock.wall(), oom_before=oom_before,
                     ready_fd=sp.ready_fd)
@@ -415,7 +459,7 @@ class ContainerWorker:
         self._running = True
         try:
             if self._proc is None and self._exit is None and not self._stopping:
-                self._launch()
+                await self._start()
             while True:
                 if self._proc is not None:
                     await asyncio.shield(self._proc.exited)
@@ -440,7 +484,7 @@ class ContainerWorker:
                         return ex.state
                 self.backoff.restarted(ex.mono)
                 self._set(restart_count=self._status.restart_count + 1, last_state=ex.state)
-                self._launch()
+                await self._start()
         finally:
             self._running = False
 

@@ -1,10 +1,12 @@
 """The Pod object: a Kubernetes-shaped manifest subset, parsed, defaulted and validated.
 
-Containers run `command` + `args` as host processes (there are no images), so `command` is
-required. Unknown fields are errors naming the field, so typos cannot pass silently; the few
-Kubernetes fields that mean nothing here yet (image, ports, volumes...) are accepted and kept as
-opaque data, and server-populated metadata and `status` are accepted and dropped. Probes,
-lifecycle hooks, env sources and init containers are typed (probe.py, lifecycle.py, env.py).
+A container names an `image` (run by the OCI runtime: the image's Entrypoint/Cmd apply where
+`command`/`args` are absent) or runs `command` + `args` as a host process, so `command` is
+required when there is no image (validation.py). Unknown fields are errors naming the field, so
+typos cannot pass silently; the few Kubernetes fields that mean nothing here yet (ports,
+volumes...) are accepted and kept as opaque data, and server-populated metadata and `status`
+are accepted and dropped. Probes, lifecycle hooks, env sources and init containers are typed
+(probe.py, lifecycle.py, env.py).
 Checks that span fields, defaulting and error conversion live in validation.py.
 """
 
@@ -50,16 +52,6 @@ _IGNORED_METADATA = frozenset(
 )
 
 
-def _require_command(value: list[str]) -> list[str]:
-    if not value:
-        raise PydanticCustomError(
-            "required",
-            "Required value: command is required (containers run as host processes: there is no "
-            "image entrypoint to fall back on)",
-        )
-    return value
-
-
 def _at_least_one_container(value: list[Any]) -> list[Any]:
     if not value:
         raise PydanticCustomError("required", "Required value: a pod needs at least one container")
@@ -101,9 +93,7 @@ class ContainerResizePolicy(KubeModel):
 
 class Container(KubeModel):
     name: Label
-    command: Annotated[
-        list[Text], Field(default_factory=list, validate_default=True), AfterValidator(_require_command)
-    ]
+    command: list[Text] = []  # required unless `image` is set (validation.py): the image's Entrypoint applies
     args: list[Text] = []
     env: list[EnvVar] = []
     working_dir: Text | None = None
@@ -117,9 +107,9 @@ class Container(KubeModel):
     termination_message_policy: TerminationMessagePolicy = "File"
     restart_policy: ContainerRestartPolicy | None = None  # init containers only: a sidecar
     resize_policy: list[ContainerResizePolicy] = []  # per resource: NotRequired (live) or RestartContainer
-    # Kubernetes fields with no meaning here: kept as given, never acted on.
-    image: str | None = None
+    image: str | None = None  # run from this image by the OCI runtime (unless the pod is a host-process pod)
     image_pull_policy: str | None = None
+    # Kubernetes fields with no meaning here yet: kept as given, never acted on.
     ports: list[dict[str, Any]] = []
     volume_mounts: list[dict[str, Any]] = []
 

@@ -120,6 +120,9 @@ def _container_errors(path: str, c: Container, grace: int, *, init: bool) -> lis
     """Probes, lifecycle, env sources and the container restartPolicy (validateContainers /
     validateInitContainers): a regular init container may have no probe and no lifecycle."""
     errs: list[FieldError] = []
+    if not c.command and not c.image:
+        errs.append(FieldError(f"{path}.command", "Required value: command is required when the container names "
+                                                  "no image (a host process has no image entrypoint to fall back on)"))
     for i, var in enumerate(c.env):
         errs += env_var_errors(f"{path}.env[{i}]", var)
     errs += env_from_errors(f"{path}.envFrom", c.env_from)

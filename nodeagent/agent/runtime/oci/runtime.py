@@ -28,9 +28,12 @@ import asyncio
 import json
 import os
 import posixpath
+import select
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -44,6 +47,9 @@ log = structlog.get_logger(__name__)
 
 OCI_CGROUP = "oci"  # the runtime's own child of the container's cgroup
 DELETE_TIMEOUT_S = 10.0
+READY_TIMEOUT_S = 120.0  # a container not running by then stays Waiting (ContainerCreating) until it exits
+READY_POLL_S = 0.005
+RUNTIME_COMMS = ("runc", "crun")  # /proc/<pid>/comm of the runtime's own processes ("runc:[2:INIT]"...)
 MakeBundle = Callable[[str, str, "int | None"], ContainerBundle]  # (passwd, group, sandbox pid) -> bundle
 
 
@@ -155,6 +161,21 @@ class OciRuntime:
 
         return start
 
+    def monitor_spawner(self, cid: str, dirs: BundleDirs, sandbox: Sandbox | None,
+                        container_pids: Callable[[], list[int]],
+                        ) -> Callable[[LaunchSpec, str, Sequence[str], int | None], Spawned]:
+        """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, with a
+        ready signal: the container reads Running once its own process (no longer the runtime's
+        init) is in its cgroup (`container_pids`: the runtime's child of the container cgroup)."""
+        def start(_launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
+            files = sandbox.procs_files() if sandbox is not None else []
+            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
+            log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
+            return replace(sp, ready_fd=watch_ready(sp.pid, container_pids))
+
+        return start
+
     def cleanup(self, cid: str, dirs: BundleDirs) -> None:
         """After the container ended for good: runtime state, the rootfs mount, the writable layer."""
         try:
@@ -178,3 +199,98 @@ class OciRuntime:
             await asyncio.shield(proc.wait())
             raise
         return proc.returncode if proc.returncode is not None else -1, out
+
+
+def is_runtime_process(comm: str, exe: str) -> bool:
+    """A process of the runtime's own, not yet the container's: runc's init stages rename
+    themselves ("runc:[0:PARENT]", "runc:[1:CHILD]", "runc:[2:INIT]"), but right after runc
+    re-execs itself (from a memfd copy of its binary, or /proc/self/exe) the name is still the
+    exec'd file's ("exe", a number); its executable is then runc's, or the memfd."""
+    if comm.startswith(RUNTIME_COMMS):
+        return True
+    path = exe.removesuffix(" (deleted)")
+    return path.startswith("/memfd:") or os.path.basename(path) in RUNTIME_COMMS
+
+
+def container_process_running(pids: Sequence[int]) -> bool:
+    """One of `pids` is the container's own process: it has exec'd past the runtime's init."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            continue
+        if not is_runtime_process(comm, exe):
+            return True
+    return False
+
+
+def watch_ready(monitor_pid: int, container_pids: Callable[[], list[int]],
+                timeout: float = READY_TIMEOUT_S) -> int:
+    """The read end (non-blocking) of a pipe that says "1" once the container's process runs in
+    its cgroup, or closes without a word when the monitor exits first or `timeout` passes: the
+    ContainerWorker's ready pipe, as the spawn shim's is for a host process. A short-lived thread
+    polls (cgroup.procs and /proc/<pid>/comm: the runtime gives no event for it) and watches the
+    monitor through a pidfd (readable once it exited), so it never outlives the start."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    os.set_blocking(r, False)
+    pidfd = os.pidfd_open(monitor_pid)
+    exited = select.poll()
+    exited.register(pidfd, select.POLLIN)
+
+    def poll() -> None:
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    if container_process_running(container_pids()):
+                        os.write(w, b"1")
+                        return
+                except OSError:
+                    pass
+                if exited.poll(READY_POLL_S * 1000):  # the container never ran: its exit says why
+                    return
+        finally:
+            os.close(w)
+            os.close(pidfd)
+
+    threading.Thread(target=poll, name=f"oci-ready-{monitor_pid}", daemon=True).start()
+    return r
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Mount points of every cgroup (v1) and cgroup2 filesystem."""
+    out = []
+    try:
+        with open(mountinfo) as f:
+            for line in f:
+                fields = line.split()
+                if " - " not in line or len(fields) < 5:
+                    continue
+                fstype = line.split(" - ", 1)[1].split()[0]
+                if fstype in ("cgroup", "cgroup2"):
+                    out.append(fields[4].replace("\\040", " "))
+    except OSError:
+        return []
+    return out
+
+
+def remove_runtime_cgroups(mounts: Sequence[str], driver_root: str, paths: Sequence[str]) -> int:
+    """rmdir `paths` (relative to the agent's cgroup root, in the order given: deepest first) in
+    each of `mounts`: on a v1 host runc also creates the container's cgroup path in the
+    hierarchies the agent's driver does not manage (blkio, devices, freezer, the hybrid unified
+    one...) and `runc delete` removes only the leaf. A directory still in use or not empty stays
+    (rmdir fails); returns how many were removed."""
+    n = 0
+    for mount in mounts:
+        for path in paths:
+            d = os.path.join(mount, driver_root.strip("/"), path.strip("/")).rstrip("/")
+            if d == mount.rstrip("/"):
+                continue
+            try:
+                os.rmdir(d)
+                n += 1
+            except OSError:
+                pass
+    return n
