@@ -68,10 +68,12 @@ class CachedPod:
 
 def pod_info(obj: Obj) -> PodInfo:
     """The core's view of a pod: requests, spec.priority (set by the Priority admission from its
-    PriorityClass), preemptionPolicy, tolerations, nodeSelector."""
+    PriorityClass), preemptionPolicy, tolerations, nodeSelector, node affinity, and the labels,
+    topology spread and pod anti-affinity the placement rules count with."""
     pod = pod_model(obj)
     spec = obj.get("spec") or {}
-    info = PodInfo.from_pod(pod, preemption_policy=str(spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY))
+    info = PodInfo.from_pod(pod, preemption_policy=str(spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY),
+                            obj=obj)
     info.key = pod_key(obj)
     return info
 
