@@ -252,3 +252,20 @@ def test_preemption_does_not_pick_a_node_the_anti_affinity_rules_out() -> None:
     choice = preempt(t, pod, r)
     assert not isinstance(choice, FitError)
     assert choice.node == "n2" and [v.key for v in choice.victims] == ["default/filler"]
+
+
+def test_holders_of_anti_affinity_follow_node_removal_and_growth() -> None:
+    t, fw = cluster(node("n1"), node("n2"), node("n3"))
+    t.bind(info("lonely", labels={"app": "lonely"}, affinity=anti(app="db")), "n3")
+    t.bind(info("lonely2", labels={"app": "lonely"}, affinity=anti(app="db")), "n3")
+    db = info("db", labels={"app": "db"})
+    assert feasible(fw, db) == ["n1", "n2"]
+    t.remove("n1")  # n3 moves into row 0
+    assert t.names == ["n3", "n2"] and feasible(fw, db) == ["n2"]
+    for i in range(10):  # the node dimension grows past the initial capacity
+        t.upsert(node(f"x{i}"))
+    assert len(feasible(fw, db)) == 11 and "n3" not in feasible(fw, db)
+    t.unbind("default/lonely")
+    assert "n3" not in feasible(fw, db)  # one holder is left
+    t.unbind("default/lonely2")
+    assert "n3" in feasible(fw, db) and t.anti_counts == {}

@@ -328,7 +328,7 @@ class Framework:
             mask &= fits
         filtered = Filtered(pod, t, static, mask, cols, vals)
         p = pod.placement
-        if p is not None and (p.hard or p.anti_affinity or t.anti):
+        if p is not None and (p.hard or p.anti_affinity or t.anti_counts):
             self._placement_filter(filtered, p)
         return filtered
 

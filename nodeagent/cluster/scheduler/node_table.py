@@ -17,7 +17,7 @@ at once.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -92,7 +92,7 @@ class BoundPod:
     score_delta: np.ndarray  # added to scoring[S_USED_CPU:, i]: used cpu/mem, non-zero cpu/mem
     seq: int
     label_set: int = -1  # row of NodeTable.set_counts (namespace + labels), -1: not counted
-    anti_affinity: tuple[object, ...] = ()  # its required pod anti-affinity terms (podspread)
+    anti_affinity: tuple[Hashable, ...] = ()  # its required pod anti-affinity terms (podspread)
 
     def __repr__(self) -> str:
         return f"BoundPod({self.key!r}, node={self.node!r}, priority={self.priority}, seq={self.seq})"
@@ -150,7 +150,10 @@ class NodeTable:
         self.label_sets: dict[LabelSetKey, int] = {}
         self.set_labels: list[tuple[str, dict[str, str]]] = []
         self.set_counts = np.zeros((8, self._cap), np.int32)
-        self.anti: dict[str, BoundPod] = {}  # bound pods with required pod anti-affinity
+        # Required pod anti-affinity terms of bound pods (hashable, podspread.PodTerm): per term,
+        # how many holders each node has. Replicas share their terms: a few arrays, not a pod loop.
+        self.anti_counts: dict[Hashable, np.ndarray] = {}
+        self._anti_total: dict[Hashable, int] = {}
         self.generation = 0  # bumped whenever taints, labels, cordons or the node set change
         self._seq = 0
         self._scratch: dict[tuple[str, int, np.dtype], np.ndarray] = {}
@@ -226,7 +229,7 @@ class NodeTable:
             for m in [*matrices, self.taint_ids]:
                 m[:, i] = m[:, last]
             self.unschedulable[i] = self.unschedulable[last]
-            for arr in self.labels.values():
+            for arr in [*self.labels.values(), *self.anti_counts.values()]:
                 arr[i] = arr[last]
             self.names[i], self.specs[i] = self.names[last], self.specs[last]
             self.pods[i], self.order[i] = self.pods[last], self.order[last]
@@ -237,6 +240,8 @@ class NodeTable:
         self.unschedulable[last] = False
         for arr in self.labels.values():
             arr[last] = -1
+        for holders in self.anti_counts.values():
+            holders[last] = 0
         self.names.pop()
         self.specs.pop()
         self.pods.pop()
@@ -302,11 +307,14 @@ class NodeTable:
     def _account(self, bp: BoundPod, i: int, sign: int) -> None:
         if bp.label_set >= 0:
             self.set_counts[bp.label_set, i] += sign
-        if bp.anti_affinity:
-            if sign > 0:
-                self.anti[bp.key] = bp
-            else:
-                self.anti.pop(bp.key, None)
+        for term in bp.anti_affinity:
+            holders = self.anti_counts.get(term)
+            if holders is None:
+                holders = self.anti_counts[term] = np.zeros(self._cap, np.int32)
+            holders[i] += sign
+            left = self._anti_total[term] = self._anti_total.get(term, 0) + sign
+            if left <= 0:
+                del self.anti_counts[term], self._anti_total[term]
         free = self.free  # scalar updates: cheaper than fancy indexing for a handful of columns
         for col, value in bp.requests.items():
             free[col, i] -= sign * value
@@ -328,6 +336,7 @@ class NodeTable:
         self.free = _grow(self.free, cap)
         self.scoring = _grow(self.scoring, cap)
         self.set_counts = _grow(self.set_counts, cap)
+        self.anti_counts = {k: _grow(a, cap, axis=0) for k, a in self.anti_counts.items()}
         self.unschedulable = _grow(self.unschedulable, cap, axis=0)
         self.taint_ids = _grow(self.taint_ids, cap, fill=-1)
         self.labels = {k: _grow(a, cap, axis=0, fill=-1) for k, a in self.labels.items()}

@@ -232,16 +232,13 @@ def anti_affinity_filter(t: NodeTable, p: Placement) -> tuple[np.ndarray, np.nda
         counts = matching_counts(t, term.namespaces, term.selector)
         sums, _ = _domain_sums(ids, nvals, counts, np.ones(n, bool))
         own |= (ids >= 0) & (_at(sums, ids) > 0)
-    for bp in t.anti.values():
-        i = t.index.get(bp.node)
-        if i is None:
+    for held, holders in t.anti_counts.items():
+        if not isinstance(held, PodTerm) or not held.selects(p.namespace, p.labels):
             continue
-        for held in bp.anti_affinity:
-            if not isinstance(held, PodTerm) or not held.selects(p.namespace, p.labels):
-                continue
-            ids, _ = _column(t, held.topology_key)
-            if ids[i] >= 0:
-                existing |= ids == ids[i]
+        ids, _ = _column(t, held.topology_key)
+        domains = np.unique(ids[(holders[:n] > 0) & (ids >= 0)])
+        if domains.size:
+            existing |= np.isin(ids, domains)
     return own, existing & ~own
 
 
