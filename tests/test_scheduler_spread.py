@@ -252,3 +252,21 @@ def test_pods_without_labels_from_their_object_are_not_counted() -> None:
 def test_label_selectors(selector: Any, labels: dict[str, str], want: bool) -> None:
     sel = podspread.label_selector(selector)
     assert (sel is not None and sel.matches(labels)) is want
+
+
+def test_the_cache_recounts_a_bound_pod_whose_labels_change() -> None:
+    from nodeagent.cluster.scheduling.cache import SchedulerCache
+    cache = SchedulerCache()
+    cache.apply_node("ADDED", {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4", "memory": "8Gi",
+                                                                                    "pods": "110"}}})
+    obj = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "default", "uid": "u1", "labels": {"app": "web"}},
+           "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "command": ["sleep", "1"]}]}}
+    cache.apply_pod("ADDED", obj)
+    web, db = podspread.label_selector({"matchLabels": WEB}), podspread.label_selector({"matchLabels": {"app": "db"}})
+    assert podspread.matching_counts(cache.table, ("default",), web).tolist() == [1]
+    relabelled = {**obj, "metadata": {**obj["metadata"], "labels": {"app": "db"}}}
+    cache.apply_pod("MODIFIED", relabelled)
+    assert podspread.matching_counts(cache.table, ("default",), web).tolist() == [0]
+    assert podspread.matching_counts(cache.table, ("default",), db).tolist() == [1]
+    assert list(cache.table.bound) == ["default/p"]

@@ -4,8 +4,10 @@ Follows kube-scheduler's default profile for the plugins we have:
 - Filter, in its plugin order, the first failing plugin giving a node's reason(s):
   NodeUnschedulable ("node(s) were unschedulable"), TaintToleration (NoSchedule/NoExecute taints,
   "node(s) had untolerated taint {key: value}", the first untolerated one in the node's order),
-  NodeAffinity for nodeSelector ("node(s) didn't match Pod's node affinity/selector"),
-  NodeResourcesFit ("Too many pods", "Insufficient <resource>": every short resource counts).
+  NodeAffinity for nodeSelector and requiredDuringScheduling node affinity ("node(s) didn't
+  match Pod's node affinity/selector"; nodeaffinity.py),
+  NodeResourcesFit ("Too many pods", "Insufficient <resource>": every short resource counts),
+  then PodTopologySpread (DoNotSchedule) and InterPodAffinity (required anti-affinity), podspread.py.
   The taint wording is kube-scheduler's long-standing one; its newest releases print
   "node(s) had untolerated taint(s)". We keep the key because it tells operators which taint.
   NotReady and pressure conditions reach the filter as taints (see cluster.py).
@@ -15,6 +17,8 @@ Follows kube-scheduler's default profile for the plugins we have:
   memory with weight 1 each, using "non-zero" requests (a container without a cpu/memory request
   counts 100m / 200Mi); plus NodeResourcesBalancedAllocation, (1 - std of the requested fractions)
   * 100 with the real requests, skipped for pods that request neither. Plugin weights 1 + 1.
+  NodeAffinity's preferred terms and PodTopologySpread (ScheduleAnyway, or the system default
+  constraints) add their 0..100 scores, normalised over the feasible nodes, with weight 2 each.
 - Unlike kube-scheduler we score every feasible node (no percentageOfNodesToScore sampling): the
   vector operations make that cheap. Ties go to the lowest row (deterministic): rows follow insertion
   order, except that removing a node moves the last row into its place.
