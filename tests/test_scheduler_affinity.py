@@ -269,3 +269,31 @@ def test_holders_of_anti_affinity_follow_node_removal_and_growth() -> None:
     assert "n3" not in feasible(fw, db)  # one holder is left
     t.unbind("default/lonely2")
     assert "n3" in feasible(fw, db) and t.anti_counts == {}
+
+
+# ---- required pod affinity -------------------------------------------------------------------------
+AFFINITY = "node(s) didn't match pod affinity rules"
+
+
+def near(key: str = LABEL_HOSTNAME, **match: str) -> dict[str, Any]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": match}, "topologyKey": key}]}}
+
+
+def test_pod_affinity_follows_the_matching_pods_domain() -> None:
+    t, fw = cluster(node("a1", zone="a"), node("a2", zone="a"), node("b1", zone="b"), node("bare"))
+    t.bind(info("cache-0", labels={"app": "cache"}), "a2")
+    assert feasible(fw, info("web", labels={"app": "web"}, affinity=near(app="cache"))) == ["a2"]
+    assert feasible(fw, info("web", labels={"app": "web"}, affinity=near("zone", app="cache"))) == ["a1", "a2"]
+    r = fw.schedule(info("web", labels={"app": "web"}, affinity=near(app="other")))
+    assert isinstance(r, FitError) and str(r) == f"0/4 nodes are available: 4 {AFFINITY}."
+
+
+def test_the_first_pod_of_a_self_affine_set_may_go_to_any_node_with_the_key() -> None:
+    t, fw = cluster(node("a1", zone="a"), node("b1", zone="b"), node("bare"))
+    first = info("g-0", labels={"app": "g"}, affinity=near("zone", app="g"))
+    assert feasible(fw, first) == ["a1", "b1"]  # "bare" lacks the key
+    t.bind(first, "b1")
+    assert feasible(fw, info("g-1", labels={"app": "g"}, affinity=near("zone", app="g"))) == ["b1"]
+    # a pod that does not match its own terms gets no such pass
+    assert feasible(fw, info("h-0", labels={"app": "h"}, affinity=near("zone", app="nobody"))) == []

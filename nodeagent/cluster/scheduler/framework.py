@@ -7,7 +7,8 @@ Follows kube-scheduler's default profile for the plugins we have:
   NodeAffinity for nodeSelector and requiredDuringScheduling node affinity ("node(s) didn't
   match Pod's node affinity/selector"; nodeaffinity.py),
   NodeResourcesFit ("Too many pods", "Insufficient <resource>": every short resource counts),
-  then PodTopologySpread (DoNotSchedule) and InterPodAffinity (required anti-affinity), podspread.py.
+  then PodTopologySpread (DoNotSchedule) and InterPodAffinity (required affinity, then required
+  anti-affinity, the incoming pod's and the bound pods'), podspread.py.
   The taint wording is kube-scheduler's long-standing one; its newest releases print
   "node(s) had untolerated taint(s)". We keep the key because it tells operators which taint.
   NotReady and pressure conditions reach the filter as taints (see cluster.py).
@@ -332,7 +333,7 @@ class Framework:
             mask &= fits
         filtered = Filtered(pod, t, static, mask, cols, vals)
         p = pod.placement
-        if p is not None and (p.hard or p.anti_affinity or t.anti_counts):
+        if p is not None and (p.hard or p.affinity or p.anti_affinity or t.anti_counts):
             self._placement_filter(filtered, p)
         return filtered
 
@@ -340,11 +341,13 @@ class Framework:
         """PodTopologySpread then InterPodAffinity, over the nodes the earlier plugins pass."""
         s = f.static
         missing, skewed = podspread.spread_filter(self.table, p, s.matched, ~(s.unschedulable | s.taint))
+        near = podspread.affinity_filter(self.table, p)
         own, existing = podspread.anti_affinity_filter(self.table, p)
         passed = f.mask.copy()
         ok = np.ones(self.table.n, bool)
         for reason, fails in ((podspread.REASON_SPREAD_LABEL, missing),
                               (podspread.REASON_SPREAD, skewed),
+                              (podspread.REASON_AFFINITY, near),
                               (podspread.REASON_ANTI_AFFINITY, own),
                               (podspread.REASON_EXISTING_ANTI_AFFINITY, existing)):
             hit = fails & passed & ok

@@ -20,11 +20,14 @@ evaluated against a few (namespace, labels) sets and the counts are summed as ar
   selector is the union of the selectors of the Services/RCs/RSs/StatefulSets that select the
   pod; the scheduler here does not watch those, so it uses the pod's own labels (a replica's
   template labels, which its owner's selector is a subset of): siblings of one owner share them.
+- Required pod affinity, Filter: every term needs a matching pod in the node's domain ("node(s)
+  didn't match pod affinity rules"), except for the first pod of a set that matches itself.
 - Required pod anti-affinity, Filter: the incoming pod's terms (a node fails when any matching pod
   is in its topology domain: "node(s) didn't match pod anti-affinity rules") and the bound pods'
   terms against the incoming pod ("node(s) didn't satisfy existing pods anti-affinity rules").
   A term's namespaces default to the pod's own; an empty namespaceSelector means all namespaces.
-Not modelled: matchLabelKeys, required pod affinity, preferred pod (anti-)affinity; terminating
+Not modelled: matchLabelKeys, preferred pod (anti-)affinity, non-empty namespaceSelectors (read as
+the pod's own namespace); terminating
 pods still count (the table counts them until they are gone).
 """
 
@@ -48,6 +51,7 @@ MAX_NODE_SCORE = 100
 
 REASON_SPREAD = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+REASON_AFFINITY = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 
@@ -112,6 +116,7 @@ class Placement:
     spread: tuple[SpreadConstraint, ...] = ()
     system_default: bool = False  # `spread` holds the system defaults
     anti_affinity: tuple[PodTerm, ...] = ()
+    affinity: tuple[PodTerm, ...] = ()  # required pod affinity
 
     @property
     def hard(self) -> tuple[SpreadConstraint, ...]:
@@ -143,7 +148,10 @@ def placement_of(obj: Mapping[str, Any]) -> Placement:
     anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution") or ()
     terms = tuple(_pod_term(t, ns) for t in anti if isinstance(t, Mapping))
-    return Placement(ns, labels, spread, default, terms)
+    near = ((spec.get("affinity") or {}).get("podAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or ()
+    affinity = tuple(_pod_term(t, ns) for t in near if isinstance(t, Mapping))
+    return Placement(ns, labels, spread, default, terms, affinity)
 
 
 def _pod_term(t: Mapping[str, Any], ns: str) -> PodTerm:
@@ -221,6 +229,24 @@ def spread_filter(t: NodeTable, p: Placement, affinity_ok: np.ndarray,
         here = _at(sums, ids)
         skewed |= (ids >= 0) & (here + self_match - min_match > c.max_skew)
     return missing, skewed & ~missing
+
+
+def affinity_filter(t: NodeTable, p: Placement) -> np.ndarray:
+    """Nodes failing the pod's required pod affinity: every term needs a matching pod in the
+    node's domain of its key. The first pod of a set that matches its own terms, while no pod
+    anywhere does, may go to any node with all the keys (upstream's satisfyPodAffinity)."""
+    n = t.n
+    ok, has_all, any_match = np.ones(n, bool), np.ones(n, bool), False
+    for term in p.affinity:
+        ids, nvals = _column(t, term.topology_key)
+        counts = matching_counts(t, term.namespaces, term.selector)
+        sums, _ = _domain_sums(ids, nvals, counts, np.ones(n, bool))
+        any_match = any_match or bool(counts[ids >= 0].any())
+        has_all &= ids >= 0
+        ok &= (ids >= 0) & (_at(sums, ids) > 0)
+    if not any_match and all(term.selects(p.namespace, p.labels) for term in p.affinity):
+        ok = has_all
+    return ~ok
 
 
 def anti_affinity_filter(t: NodeTable, p: Placement) -> tuple[np.ndarray, np.ndarray]:
