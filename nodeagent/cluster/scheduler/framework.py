@@ -4,8 +4,11 @@ Follows kube-scheduler's default profile for the plugins we have:
 - Filter, in its plugin order, the first failing plugin giving a node's reason(s):
   NodeUnschedulable ("node(s) were unschedulable"), TaintToleration (NoSchedule/NoExecute taints,
   "node(s) had untolerated taint {key: value}", the first untolerated one in the node's order),
-  NodeAffinity for nodeSelector ("node(s) didn't match Pod's node affinity/selector"),
-  NodeResourcesFit ("Too many pods", "Insufficient <resource>": every short resource counts).
+  NodeAffinity for nodeSelector and requiredDuringScheduling node affinity ("node(s) didn't
+  match Pod's node affinity/selector"; nodeaffinity.py),
+  NodeResourcesFit ("Too many pods", "Insufficient <resource>": every short resource counts),
+  then PodTopologySpread (DoNotSchedule) and InterPodAffinity (required affinity, then required
+  anti-affinity, the incoming pod's and the bound pods'), podspread.py.
   The taint wording is kube-scheduler's long-standing one; its newest releases print
   "node(s) had untolerated taint(s)". We keep the key because it tells operators which taint.
   NotReady and pressure conditions reach the filter as taints (see cluster.py).
@@ -15,6 +18,8 @@ Follows kube-scheduler's default profile for the plugins we have:
   memory with weight 1 each, using "non-zero" requests (a container without a cpu/memory request
   counts 100m / 200Mi); plus NodeResourcesBalancedAllocation, (1 - std of the requested fractions)
   * 100 with the real requests, skipped for pods that request neither. Plugin weights 1 + 1.
+  NodeAffinity's preferred terms and PodTopologySpread (ScheduleAnyway, or the system default
+  constraints) add their 0..100 scores, normalised over the feasible nodes, with weight 2 each.
 - Unlike kube-scheduler we score every feasible node (no percentageOfNodesToScore sampling): the
   vector operations make that cheap. Ties go to the lowest row (deterministic): rows follow insertion
   order, except that removing a node moves the last row into its place.
@@ -25,10 +30,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from nodeagent.cluster.scheduler import nodeaffinity, podspread
 from nodeagent.cluster.scheduler.node_table import (
     CPU,
     MEMORY,
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
 DEFAULT_MILLI_CPU_REQUEST = 100  # kube-scheduler's non-zero defaults for scoring
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
 MAX_NODE_SCORE = 100
+PLUGIN_WEIGHT = 2  # NodeAffinity, PodTopologySpread and InterPodAffinity in the default profile
 PREEMPT_LOWER_PRIORITY, PREEMPT_NEVER = "PreemptLowerPriority", "Never"
 
 REASON_UNSCHEDULABLE = "node(s) were unschedulable"
@@ -96,11 +103,14 @@ class PodInfo:
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     critical: bool = False
     pod: Pod | None = None
+    required_affinity: tuple[nodeaffinity.Term, ...] | None = None  # nodeSelectorTerms, ORed
+    preferred_affinity: tuple[tuple[int, nodeaffinity.Term], ...] = ()
+    placement: podspread.Placement | None = None  # labels, topology spread, pod anti-affinity
 
     def __post_init__(self) -> None:
         self.requests = {k: v for k, v in self.requests.items() if v > 0 and k != PODS}
         self.static_key = (tuple((t.key, t.operator, t.value, t.effect) for t in self.tolerations),
-                           tuple(sorted(self.node_selector.items())))
+                           tuple(sorted(self.node_selector.items())), self.required_affinity)
         self.cpu = self.requests.get(CPU, 0)
         self.memory = self.requests.get(MEMORY, 0)
         self.score_delta = np.array([self.cpu, self.memory, self.nonzero_cpu,
@@ -110,10 +120,27 @@ class PodInfo:
         self._table: NodeTable | None = None
         self._vector: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.intp), np.empty(0, np.int64))
 
+    # What the node table reads to count a bound pod for topology spread and anti-affinity
+    # (None: the pod is not counted; only pods converted with their object carry labels).
+    @property
+    def labels(self) -> Mapping[str, str] | None:
+        return None if self.placement is None else self.placement.labels
+
+    @property
+    def namespace(self) -> str:
+        return "" if self.placement is None else self.placement.namespace
+
+    @property
+    def anti_affinity(self) -> tuple[podspread.PodTerm, ...]:
+        return () if self.placement is None else self.placement.anti_affinity
+
     @classmethod
     def from_pod(cls, pod: Pod, *, priority: int | None = None,
-                 preemption_policy: str = PREEMPT_LOWER_PRIORITY) -> PodInfo:
-        """Convert a parsed Pod; `priority` overrides spec.priority (e.g. from a PriorityClass)."""
+                 preemption_policy: str = PREEMPT_LOWER_PRIORITY,
+                 obj: Mapping[str, Any] | None = None) -> PodInfo:
+        """Convert a parsed Pod; `priority` overrides spec.priority (e.g. from a PriorityClass).
+        `obj`, the stored object, adds what the model does not carry: node affinity, topology
+        spread, pod anti-affinity, owner references."""
         requests = {name: amount(name, q) for name, q in pod_requests(pod).items()}
         nz_cpu = nz_mem = 0
         for c in pod.spec.containers:
@@ -121,11 +148,15 @@ class PodInfo:
             nz_cpu += DEFAULT_MILLI_CPU_REQUEST if cpu is None else cpu.milli_value()
             nz_mem += DEFAULT_MEMORY_REQUEST if mem is None else mem.value()
         prio = pod.spec.priority if priority is None else priority
+        spec = (obj or {}).get("spec") or {}
         return cls(key=pod.key, requests=requests, priority=prio, nonzero_cpu=nz_cpu,
                    nonzero_memory=nz_mem, tolerations=tuple(pod.spec.tolerations),
                    node_selector=dict(pod.spec.node_selector),
                    preemption_policy=preemption_policy,
-                   critical=is_critical(pod) or prio >= SYSTEM_CRITICAL_PRIORITY, pod=pod)
+                   critical=is_critical(pod) or prio >= SYSTEM_CRITICAL_PRIORITY, pod=pod,
+                   required_affinity=nodeaffinity.required_terms(spec),
+                   preferred_affinity=nodeaffinity.preferred_terms(spec),
+                   placement=None if obj is None else podspread.placement_of(obj))
 
     def vector(self, table: NodeTable) -> tuple[np.ndarray, np.ndarray]:
         """(columns, amounts) of this pod's requests in `table`: its resources by column, then
@@ -166,8 +197,9 @@ class StaticMasks:
     unschedulable: np.ndarray  # fails NodeUnschedulable
     taint: np.ndarray  # passes the above, fails TaintToleration
     first_taint: np.ndarray  # id of the first untolerated taint (meaningful where `taint`)
-    selector: np.ndarray  # passes the above, fails the nodeSelector
+    selector: np.ndarray  # passes the above, fails the nodeSelector / required node affinity
     ok: np.ndarray  # passes all three
+    matched: np.ndarray  # matches the nodeSelector and required node affinity (taints aside)
 
 
 @dataclass(eq=False)
@@ -180,6 +212,10 @@ class Filtered:
     mask: np.ndarray
     cols: np.ndarray
     vals: np.ndarray
+    # PodTopologySpread and InterPodAffinity, checked after the resources: reason -> nodes (each
+    # node under its first failing rule), and the nodes that pass them all.
+    placement_fails: dict[str, np.ndarray] = field(default_factory=dict)
+    placement_ok: np.ndarray | None = None
 
     def reasons(self) -> Counter[str]:
         """How many nodes failed for each reason (kube-scheduler's histogram)."""
@@ -196,6 +232,9 @@ class Filtered:
         for col, val in zip(self.cols.tolist(), self.vals.tolist(), strict=False):
             if n := int((s.ok & (t.free[col, : t.n] < val)).sum()):
                 out[insufficient(t.resources[col])] += n
+        for reason, fails in self.placement_fails.items():
+            if n := int(fails.sum()):
+                out[reason] = n
         return out
 
 
@@ -274,9 +313,11 @@ class Framework:
                 match[:] = False
                 break
             match &= t.labels[key][:n] == vid
+        if pod.required_affinity is not None:
+            match &= nodeaffinity.required_mask(t, pod.required_affinity)
         selector = ~match & ~unsched & ~taint
         ok = ~unsched & ~taint & match
-        masks = StaticMasks(t.generation, unsched, taint, first, selector, ok)
+        masks = StaticMasks(t.generation, unsched, taint, first, selector, ok, match)
         self._static[pod.static_key] = masks
         return masks
 
@@ -290,7 +331,31 @@ class Framework:
         for col, val in zip(cols.tolist(), vals.tolist(), strict=False):
             np.greater_equal(free[col, :n], val, out=fits)
             mask &= fits
-        return Filtered(pod, t, static, mask, cols, vals)
+        filtered = Filtered(pod, t, static, mask, cols, vals)
+        p = pod.placement
+        if p is not None and (p.hard or p.affinity or p.anti_affinity or t.anti_counts):
+            self._placement_filter(filtered, p)
+        return filtered
+
+    def _placement_filter(self, f: Filtered, p: podspread.Placement) -> None:
+        """PodTopologySpread then InterPodAffinity, over the nodes the earlier plugins pass."""
+        s = f.static
+        missing, skewed = podspread.spread_filter(self.table, p, s.matched, ~(s.unschedulable | s.taint))
+        near = podspread.affinity_filter(self.table, p)
+        own, existing = podspread.anti_affinity_filter(self.table, p)
+        passed = f.mask.copy()
+        ok = np.ones(self.table.n, bool)
+        for reason, fails in ((podspread.REASON_SPREAD_LABEL, missing),
+                              (podspread.REASON_SPREAD, skewed),
+                              (podspread.REASON_AFFINITY, near),
+                              (podspread.REASON_ANTI_AFFINITY, own),
+                              (podspread.REASON_EXISTING_ANTI_AFFINITY, existing)):
+            hit = fails & passed & ok
+            if hit.any():
+                f.placement_fails[reason] = hit
+            ok &= ~fails
+        f.placement_ok = ok
+        f.mask &= ok
 
     # ---- score -------------------------------------------------------------------------------
     def score(self, pod: PodInfo) -> np.ndarray:
@@ -369,6 +434,24 @@ class Framework:
             return np.where(alloc.all(axis=0), score, float(MAX_NODE_SCORE))
         return score
 
+    def _placement_scores(self, pod: PodInfo, f: Filtered) -> np.ndarray:
+        """NodeAffinity (preferred terms) and PodTopologySpread, each normalised to 0..100 over
+        the feasible nodes and weighted 2, as in kube-scheduler's default profile."""
+        t, mask = self.table, f.mask
+        out = np.zeros(t.n, np.float64)
+        if pod.preferred_affinity:
+            raw = nodeaffinity.preferred_scores(t, pod.preferred_affinity)
+            top = raw[mask].max() if mask.any() else 0.0
+            if top > 0:  # DefaultNormalizeScore: 100 * score / max
+                out += PLUGIN_WEIGHT * np.floor(MAX_NODE_SCORE * raw / top)
+        p = pod.placement
+        if p is not None:
+            s = f.static
+            spread = podspread.spread_score(t, p, mask, s.matched, ~(s.unschedulable | s.taint))
+            if spread is not None:
+                out += PLUGIN_WEIGHT * spread
+        return out
+
     # ---- one scheduling cycle ----------------------------------------------------------------
     def schedule(self, pod: PodInfo) -> Scheduled | FitError:
         """The best feasible node, or a FitError with kube-scheduler's reasons (the Filtered
@@ -381,6 +464,8 @@ class Framework:
         if not mask.any():
             return FitError(pod.key, t.n, filtered=filtered)
         scores = self._scores(pod)
+        if pod.preferred_affinity or (pod.placement is not None and pod.placement.soft):
+            scores = scores + self._placement_scores(pod, filtered)
         np.copyto(scores, -1.0, where=~mask)
         i = int(scores.argmax())
         return Scheduled(t.names[i], int(scores[i]))

@@ -17,7 +17,7 @@ at once.
 from __future__ import annotations
 
 from bisect import insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -91,6 +91,8 @@ class BoundPod:
     vals: np.ndarray
     score_delta: np.ndarray  # added to scoring[S_USED_CPU:, i]: used cpu/mem, non-zero cpu/mem
     seq: int
+    label_set: int = -1  # row of NodeTable.set_counts (namespace + labels), -1: not counted
+    anti_affinity: tuple[Hashable, ...] = ()  # its required pod anti-affinity terms (podspread)
 
     def __repr__(self) -> str:
         return f"BoundPod({self.key!r}, node={self.node!r}, priority={self.priority}, seq={self.seq})"
@@ -105,6 +107,9 @@ class Bindable(Protocol):
     score_delta: np.ndarray
 
     def vector(self, table: NodeTable) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+LabelSetKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def importance(bp: BoundPod) -> tuple[int, int]:
@@ -139,6 +144,16 @@ class NodeTable:
         self.bound: dict[str, BoundPod] = {}
         self.levels: dict[int, np.ndarray] = {}  # priority -> summed requests at that priority
         self.zero_cpu_or_mem = 0  # nodes with no cpu or no memory (the score takes a slow path)
+        # Bound pods by (namespace, labels): per label set, how many such pods each node holds.
+        # Replicas share their labels, so a selector is matched against a few sets, not every pod
+        # (topology spread, pod anti-affinity).
+        self.label_sets: dict[LabelSetKey, int] = {}
+        self.set_labels: list[tuple[str, dict[str, str]]] = []
+        self.set_counts = np.zeros((8, self._cap), np.int32)
+        # Required pod anti-affinity terms of bound pods (hashable, podspread.PodTerm): per term,
+        # how many holders each node has. Replicas share their terms: a few arrays, not a pod loop.
+        self.anti_counts: dict[Hashable, np.ndarray] = {}
+        self._anti_total: dict[Hashable, int] = {}
         self.generation = 0  # bumped whenever taints, labels, cordons or the node set change
         self._seq = 0
         self._scratch: dict[tuple[str, int, np.dtype], np.ndarray] = {}
@@ -208,12 +223,13 @@ class NodeTable:
             del self.bound[bp.key]
         self.zero_cpu_or_mem -= int(self.alloc[CPU_COL, i] <= 0 or self.alloc[MEM_COL, i] <= 0)
         last = self.n - 1
-        matrices: list[np.ndarray] = [self.alloc, self.free, self.scoring, *self.levels.values()]
+        matrices: list[np.ndarray] = [self.alloc, self.free, self.scoring, self.set_counts,
+                                      *self.levels.values()]
         if i != last:  # move the last row into the hole
             for m in [*matrices, self.taint_ids]:
                 m[:, i] = m[:, last]
             self.unschedulable[i] = self.unschedulable[last]
-            for arr in self.labels.values():
+            for arr in [*self.labels.values(), *self.anti_counts.values()]:
                 arr[i] = arr[last]
             self.names[i], self.specs[i] = self.names[last], self.specs[last]
             self.pods[i], self.order[i] = self.pods[last], self.order[last]
@@ -224,6 +240,8 @@ class NodeTable:
         self.unschedulable[last] = False
         for arr in self.labels.values():
             arr[last] = -1
+        for holders in self.anti_counts.values():
+            holders[last] = 0
         self.names.pop()
         self.specs.pop()
         self.pods.pop()
@@ -257,6 +275,10 @@ class NodeTable:
         bp = BoundPod(pod.key, node, pod.priority, pod.critical,
                       dict(zip(cols.tolist(), vals.tolist(), strict=False)), cols, vals,
                       pod.score_delta, self._seq)
+        labels: Mapping[str, str] | None = getattr(pod, "labels", None)
+        if labels is not None and not pod.key.startswith(NOMINATED):
+            bp.label_set = self._label_set(str(getattr(pod, "namespace", "")), labels)
+            bp.anti_affinity = tuple(getattr(pod, "anti_affinity", ()))
         self._account(bp, i, +1)
         self.pods[i][pod.key] = bp
         insort(self.order[i], bp, key=importance)
@@ -272,7 +294,27 @@ class NodeTable:
         self._account(bp, i, -1)
         return bp
 
+    def _label_set(self, namespace: str, labels: Mapping[str, str]) -> int:
+        key = (namespace, tuple(sorted(labels.items())))
+        sid = self.label_sets.get(key)
+        if sid is None:
+            sid = self.label_sets[key] = len(self.set_labels)
+            self.set_labels.append((namespace, dict(labels)))
+            if sid == self.set_counts.shape[0]:
+                self.set_counts = _grow(self.set_counts, 2 * sid, axis=0)
+        return sid
+
     def _account(self, bp: BoundPod, i: int, sign: int) -> None:
+        if bp.label_set >= 0:
+            self.set_counts[bp.label_set, i] += sign
+        for term in bp.anti_affinity:
+            holders = self.anti_counts.get(term)
+            if holders is None:
+                holders = self.anti_counts[term] = np.zeros(self._cap, np.int32)
+            holders[i] += sign
+            left = self._anti_total[term] = self._anti_total.get(term, 0) + sign
+            if left <= 0:
+                del self.anti_counts[term], self._anti_total[term]
         free = self.free  # scalar updates: cheaper than fancy indexing for a handful of columns
         for col, value in bp.requests.items():
             free[col, i] -= sign * value
@@ -293,6 +335,8 @@ class NodeTable:
         self.alloc = _grow(self.alloc, cap)
         self.free = _grow(self.free, cap)
         self.scoring = _grow(self.scoring, cap)
+        self.set_counts = _grow(self.set_counts, cap)
+        self.anti_counts = {k: _grow(a, cap, axis=0) for k, a in self.anti_counts.items()}
         self.unschedulable = _grow(self.unschedulable, cap, axis=0)
         self.taint_ids = _grow(self.taint_ids, cap, fill=-1)
         self.labels = {k: _grow(a, cap, axis=0, fill=-1) for k, a in self.labels.items()}

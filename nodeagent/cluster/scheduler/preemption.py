@@ -60,7 +60,9 @@ def preempt(table: NodeTable, pod: PodInfo, failure: FitError,
     _ = failure.reasons  # computed now, before the caller evicts anything
     if pod.preemption_policy == PREEMPT_NEVER:
         return failure.with_post_filter(f"preemption: {NOT_ELIGIBLE_NEVER}")
-    base = filtered.static.ok
+    base = filtered.static.ok  # a node failing spread or anti-affinity is no candidate here
+    if filtered.placement_ok is not None:
+        base = base & filtered.placement_ok
     cols, vals = filtered.cols, filtered.vals
     rows = len(cols)
     need = vals[:, None]

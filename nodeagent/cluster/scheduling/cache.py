@@ -68,12 +68,20 @@ class CachedPod:
 
 def pod_info(obj: Obj) -> PodInfo:
     """The core's view of a pod: requests, spec.priority (set by the Priority admission from its
-    PriorityClass), preemptionPolicy, tolerations, nodeSelector."""
+    PriorityClass), preemptionPolicy, tolerations, nodeSelector, node affinity, and the labels,
+    topology spread and pod anti-affinity the placement rules count with."""
     pod = pod_model(obj)
     spec = obj.get("spec") or {}
-    info = PodInfo.from_pod(pod, preemption_policy=str(spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY))
+    info = PodInfo.from_pod(pod, preemption_policy=str(spec.get("preemptionPolicy") or PREEMPT_LOWER_PRIORITY),
+                            obj=obj)
     info.key = pod_key(obj)
     return info
+
+
+def _placement_meta(obj: Obj) -> tuple[Any, Any]:
+    """What the placement rules read from metadata: a change re-counts the pod."""
+    meta = obj.get("metadata") or {}
+    return meta.get("labels"), meta.get("ownerReferences")
 
 
 class SchedulerCache:
@@ -131,15 +139,17 @@ class SchedulerCache:
                 return
             old = None
         spec = obj.get("spec") or {}
-        if old is not None and old.obj.get("spec") == spec:
+        if old is not None and old.obj.get("spec") == spec and _placement_meta(old.obj) == _placement_meta(obj):
             cp = old
-            cp.obj = obj  # the same spec: the parsed view stays
+            cp.obj = obj  # the same spec, labels and owners: the parsed view stays
         else:
             try:
                 cp = CachedPod(obj, pod_info(obj))
             except (ValidationErrors, ValueError) as e:
                 log.warning("pod_not_schedulable", pod=key, error=str(e))
                 return
+            if old is not None and key in self.table.bound and key not in self.assumed:
+                self.table.unbind(key)  # counted again below with its new labels (spread, anti-affinity)
         self.pods[key] = cp
         node = cp.node
         if node is None and key in self.assumed and not cp.deleting:

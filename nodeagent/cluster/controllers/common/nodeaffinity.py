@@ -6,43 +6,16 @@ A term with no requirements matches nothing; an unparseable requirement fails it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.cluster.controllers.common.meta import labels, name, spec
-
-
-def _requirement(req: Mapping[str, Any], value: str | None) -> bool:
-    op, values = req.get("operator"), [str(v) for v in req.get("values") or []]
-    if op == "In":
-        return value is not None and value in values
-    if op == "NotIn":
-        return value is None or value not in values
-    if op == "Exists":
-        return value is not None
-    if op == "DoesNotExist":
-        return value is None
-    if op in ("Gt", "Lt"):
-        if value is None or len(values) != 1:
-            return False
-        try:
-            have, want = int(value), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
+from nodeagent.cluster.scheduler import nodeaffinity as na
 
 
 def term_matches(term: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-    exprs: Sequence[Mapping[str, Any]] = term.get("matchExpressions") or []
-    fields: Sequence[Mapping[str, Any]] = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    lbls = labels(node)
-    for req in exprs:
-        if not _requirement(req, lbls.get(str(req.get("key")))):
-            return False
-    return all(req.get("key") == "metadata.name" and _requirement(req, name(node)) for req in fields)
+    """The scheduler's reading of a NodeSelectorTerm (one set of rules for both)."""
+    return na.term_matches(na.parse_term(term), labels(node), name(node))
 
 
 def required_affinity_matches(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
