@@ -82,8 +82,8 @@ class Executor:
             out.created.append(await self._create(action))
             out.writes += 1
         elif isinstance(action, Delete):
-            await self._delete(action)
-            out.writes += 1
+            if await self._delete(action):
+                out.writes += 1
         elif isinstance(action, Patch):
             try:
                 got = await self.client.resource(action.ref.api_version, action.ref.kind).patch(
@@ -134,13 +134,14 @@ class Executor:
                 err = failures[0]
                 raise err if isinstance(err, Exception) else RuntimeError(str(err))
 
-    async def _delete(self, action: Delete) -> None:
+    async def _delete(self, action: Delete) -> bool:
+        """Whether a delete was sent and accepted."""
         ref = action.ref
         for owner in action.verify_absent:
             if await self._exists(owner):
                 log.info("controller_delete_skipped", controller=self.controller, object=str(ref),
                          owner=str(owner), why="owner exists")
-                return
+                return False
         try:
             await self.client.resource(ref.api_version, ref.kind).delete(
                 ref.namespace,
@@ -153,9 +154,10 @@ class Executor:
         except ApiError as e:
             if not e.not_found:
                 raise
-            return
+            return False
         log.info("controller_deleted", controller=self.controller, object=str(ref), reason=action.reason,
                  propagation=action.propagation or "")
+        return True
 
     async def _exists(self, ref: ObjectRef) -> bool:
         """An uncached read: the owner with the referenced uid is there."""

@@ -94,7 +94,7 @@ class Informer:
     def controlled_by(self, owner_uid: str) -> list[Obj]:
         return list((self._by_controller.get(owner_uid) or {}).values())
 
-    def keys(self) -> list[str]:
+    def object_keys(self) -> list[str]:
         return list(self._objects)
 
     def __len__(self) -> int:
