@@ -189,6 +189,15 @@ def test_deployment_makes_a_replicaset_and_pods_that_scale_and_are_collected(ser
     left = {p["metadata"]["name"] for p in items(server, ns, "pods", "app=web")}
     assert left <= {p["metadata"]["name"] for p in pods}, "scale-down removes the not-ready new pods first"
 
+    events = eventually(lambda: (e := items(server, ns, "events")) and {"ScalingReplicaSet", "SuccessfulCreate",
+                                                                         "SuccessfulDelete"} <= {x["reason"] for x in e} and e,
+                        what="the controllers' events")
+    by_reason = {(x["reason"], x["involvedObject"]["kind"], x["source"]["component"]) for x in events}
+    assert ("ScalingReplicaSet", "Deployment", "deployment-controller") in by_reason
+    assert ("SuccessfulCreate", "ReplicaSet", "replicaset-controller") in by_reason
+    assert any(x["message"] == f"Scaled up replica set web-{h} from 0 to 3" or
+               x["message"] == f"Scaled up replica set web-{h} to 3" for x in events), [x["message"] for x in events]
+
     server.kubectl("-n", ns, "delete", "deploy", "web")
     eventually(lambda: not items(server, ns, "rs") and not items(server, ns, "pods"), what="the RS and pods gone")
 
@@ -239,6 +248,53 @@ def test_rolling_update_never_drops_below_minimum_available(server: Server) -> N
     assert len(pods) == replicas and all(controller_of(p)["uid"] == new["metadata"]["uid"] for p in pods)
     history = server.kubectl("-n", ns, "rollout", "history", "deploy/web").stdout
     assert [line.split()[0] for line in history.strip().splitlines()[2:]] == ["1", "2"], history
+
+    # undo: the first template comes back as revision 3, on the first ReplicaSet
+    server.kubectl("-n", ns, "rollout", "undo", "deploy/web")
+    eventually(lambda: get_json(server, "-n", ns, "get", "rs", old["metadata"]["name"])["spec"]["replicas"] > 0,
+               what="the old ReplicaSet scaled up again")
+    for _ in range(200):
+        make_all_ready(server, ns, "app=web")
+        d = get_json(server, "-n", ns, "get", "deploy", "web")
+        if d["status"].get("updatedReplicas") == replicas and d["status"].get("availableReplicas") == replicas \
+                and d["status"].get("replicas") == replicas:
+            break
+        time.sleep(0.2)
+    back = get_json(server, "-n", ns, "get", "rs", old["metadata"]["name"])
+    assert back["spec"]["replicas"] == replicas
+    assert back["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+    assert d["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3"
+    assert get_json(server, "-n", ns, "get", "rs", new["metadata"]["name"])["spec"]["replicas"] == 0
+
+
+def test_recreate_stops_every_old_pod_before_a_new_one(server: Server) -> None:
+    ns, replicas = "ctl-recreate", 3
+    create_deployment(server, ns, "web", replicas)
+    server.kubectl("-n", ns, "patch", "deploy", "web", "--type=merge",
+                   "-p", '{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}')
+    eventually(lambda: len(items(server, ns, "pods", "app=web")) == replicas, what="3 pods")
+    make_all_ready(server, ns, "app=web")
+    old = items(server, ns, "rs", "app=web")[0]
+    old_hash = old["metadata"]["labels"]["pod-template-hash"]
+    watch = PodWatch(server, ns, "app=web")
+    mixed: list[list[str]] = []
+    orig = watch._observe
+
+    def observe() -> None:  # on every pod event: never old and new pods at once
+        orig()
+        hashes = {p["metadata"]["labels"]["pod-template-hash"] for p in watch.pods.values()}
+        if len(hashes) > 1:
+            mixed.append(sorted(watch.pods))
+
+    watch._observe = observe  # type: ignore[method-assign]
+    server.kubectl("-n", ns, "set", "image", "deploy/web", "nginx=nginx:1.27")
+    pods = eventually(lambda: (p := items(server, ns, "pods", "app=web")) and len(p) == replicas
+                      and all(x["metadata"]["labels"]["pod-template-hash"] != old_hash for x in p) and p,
+                      what="3 new pods")
+    watch.stop()
+    assert not mixed, mixed
+    assert watch.min_ready == 0 and len(pods) == replicas
+    assert get_json(server, "-n", ns, "get", "rs", old["metadata"]["name"])["spec"]["replicas"] == 0
 
 
 def test_cascading_delete_orphan_and_foreground(server: Server) -> None:

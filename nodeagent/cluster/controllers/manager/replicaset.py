@@ -44,6 +44,7 @@ class ReplicaSetController(Controller):
         self.rss, self.pods, self.burst = replicasets, pods, burst
         self.expectations = Expectations()
         self.executor = Executor(client, recorder, "replicaset-controller")
+        self.recorder = recorder
         replicasets.add_handlers(Handlers(self._rs_added, self._rs_updated, self._rs_deleted))
         pods.add_handlers(Handlers(self._pod_added, self._pod_updated, self._pod_deleted))
 
@@ -127,6 +128,15 @@ class ReplicaSetController(Controller):
                 out.extend(self.pods.controlled_by(uid(other)))
         return out
 
+    def _record(self, rs: Obj, created: list[dict[str, Any]], deleted: list[str]) -> None:
+        """The events upstream's manageReplicas records on the ReplicaSet."""
+        if self.recorder is None:
+            return
+        for pod in created:
+            self.recorder.event(dict(rs), "Normal", "SuccessfulCreate", f"Created pod: {pod['metadata']['name']}")
+        for pod_key in deleted:
+            self.recorder.event(dict(rs), "Normal", "SuccessfulDelete", f"Deleted pod: {pod_key.split('/', 1)[-1]}")
+
     async def sync(self, k: str) -> float | None:
         rs = self.rss.get(k)
         if rs is None:
@@ -142,6 +152,7 @@ class ReplicaSetController(Controller):
         elif m.expect_deletions:
             self.expectations.expect_deletions(k, m.expect_deletions, mono)
         outcome = await self.executor.run(m.plan)
+        self._record(rs, outcome.created, [p for p in m.expect_deletions if p not in outcome.failed_deletes])
         for _ in range(outcome.not_created):
             self.expectations.creation_observed(k)
         for pod_key in outcome.failed_deletes:
