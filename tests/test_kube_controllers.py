@@ -165,11 +165,11 @@ def test_deployment_makes_a_replicaset_and_pods_that_scale_and_are_collected(ser
     assert f"replicaset.apps/web-{h}   3         3         0" in table, table
 
     assert make_all_ready(server, ns, "app=web") == 3
-    st = eventually(lambda: (s := get_json(server, "-n", ns, "get", "rs", rs["metadata"]["name"])["status"])
+    st = eventually(lambda: (s := get_json(server, "-n", ns, "get", "rs", rs["metadata"]["name"]).get("status") or {})
                     .get("availableReplicas") == 3 and s, what="3 available")
     assert st == {"replicas": 3, "fullyLabeledReplicas": 3, "readyReplicas": 3, "availableReplicas": 3,
                   "observedGeneration": 1}
-    dst = eventually(lambda: (s := get_json(server, "-n", ns, "get", "deploy", "web")["status"])
+    dst = eventually(lambda: (s := get_json(server, "-n", ns, "get", "deploy", "web").get("status") or {})
                      .get("availableReplicas") == 3 and s, what="the deployment available")
     assert dst["updatedReplicas"] == 3 and dst["readyReplicas"] == 3 and dst["observedGeneration"] == 1
     conds = {c["type"]: (c["status"], c["reason"]) for c in dst["conditions"]}
@@ -207,7 +207,7 @@ def test_rolling_update_never_drops_below_minimum_available(server: Server) -> N
     create_deployment(server, ns, "web", replicas)
     eventually(lambda: len(items(server, ns, "pods", "app=web")) == replicas, what="4 pods")
     make_all_ready(server, ns, "app=web")
-    eventually(lambda: get_json(server, "-n", ns, "get", "deploy", "web")["status"].get("availableReplicas")
+    eventually(lambda: (get_json(server, "-n", ns, "get", "deploy", "web").get("status") or {}).get("availableReplicas")
                == replicas, what="available")
     old = items(server, ns, "rs", "app=web")[0]
     watch = PodWatch(server, ns, "app=web")
@@ -223,7 +223,7 @@ def test_rolling_update_never_drops_below_minimum_available(server: Server) -> N
     api, rounds = core(server), 0
     while True:  # one new pod ready at a time, as slow containers would become
         d = get_json(server, "-n", ns, "get", "deploy", "web")
-        st = d["status"]
+        st = d.get("status") or {}
         if (st.get("updatedReplicas") == replicas and st.get("availableReplicas") == replicas
                 and st.get("replicas") == replicas and st.get("observedGeneration") == d["metadata"]["generation"]):
             break
@@ -256,8 +256,9 @@ def test_rolling_update_never_drops_below_minimum_available(server: Server) -> N
     for _ in range(200):
         make_all_ready(server, ns, "app=web")
         d = get_json(server, "-n", ns, "get", "deploy", "web")
-        if d["status"].get("updatedReplicas") == replicas and d["status"].get("availableReplicas") == replicas \
-                and d["status"].get("replicas") == replicas:
+        st = d.get("status") or {}
+        if st.get("updatedReplicas") == replicas and st.get("availableReplicas") == replicas \
+                and st.get("replicas") == replicas:
             break
         time.sleep(0.2)
     back = get_json(server, "-n", ns, "get", "rs", old["metadata"]["name"])
@@ -328,12 +329,12 @@ def test_server_killed_mid_rollout_converges_without_duplicate_pods(tmp_path: Pa
         create_deployment(s, ns, "web", replicas)
         eventually(lambda: len(items(s, ns, "pods", "app=web")) == replicas, what="4 pods")
         make_all_ready(s, ns, "app=web")
-        eventually(lambda: get_json(s, "-n", ns, "get", "deploy", "web")["status"].get("availableReplicas")
+        eventually(lambda: (get_json(s, "-n", ns, "get", "deploy", "web").get("status") or {}).get("availableReplicas")
                    == replicas, what="available")
         s.kubectl("-n", ns, "set", "image", "deploy/web", "nginx=nginx:1.27")
         new = eventually(lambda: [r for r in items(s, ns, "rs", "app=web")
                                   if r["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "2"
-                                  and r["status"].get("replicas")], what="new pods")[0]
+                                  and (r.get("status") or {}).get("replicas")], what="new pods")[0]
         h = new["metadata"]["labels"]["pod-template-hash"]
         make_all_ready(s, ns, f"pod-template-hash={h}")
         time.sleep(0.3)  # let the rollout take its next step, then kill it mid-way
@@ -346,7 +347,7 @@ def test_server_killed_mid_rollout_converges_without_duplicate_pods(tmp_path: Pa
         api, rounds = core(s), 0
         while True:
             d = get_json(s, "-n", ns, "get", "deploy", "web")
-            st = d["status"]
+            st = d.get("status") or {}
             if st.get("updatedReplicas") == replicas and st.get("availableReplicas") == replicas \
                     and st.get("replicas") == replicas:
                 break
