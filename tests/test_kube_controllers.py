@@ -368,3 +368,27 @@ def test_server_killed_mid_rollout_converges_without_duplicate_pods(tmp_path: Pa
         assert len(rss) == 2 and sorted(r["spec"]["replicas"] for r in rss) == [0, replicas]
     finally:
         s.stop()
+
+
+def test_controller_pods_go_through_admission_so_a_quota_holds(server: Server) -> None:
+    ns = "ctl-quota"
+    server.kubectl("create", "namespace", ns)
+    server.kubectl("-n", ns, "create", "quota", "pods", "--hard=pods=2")
+    eventually(lambda: (get_json(server, "-n", ns, "get", "quota", "pods").get("status") or {}).get("hard"),
+               what="the quota's status")
+    create_deployment(server, ns, "web", 3)
+    rs = eventually(lambda: [r for r in items(server, ns, "rs", "app=web")
+                             if any(c["type"] == "ReplicaFailure" for c in (r.get("status") or {}).get("conditions", []))],
+                    what="ReplicaFailure on the ReplicaSet")[0]
+    cond = next(c for c in rs["status"]["conditions"] if c["type"] == "ReplicaFailure")
+    assert cond["status"] == "True" and cond["reason"] == "FailedCreate" and "exceeded quota" in cond["message"], cond
+    assert len(items(server, ns, "pods", "app=web")) == 2
+    d = eventually(lambda: (x := get_json(server, "-n", ns, "get", "deploy", "web")) and any(
+        c["type"] == "ReplicaFailure" for c in (x.get("status") or {}).get("conditions", [])) and x,
+        what="ReplicaFailure on the Deployment")
+    assert (d["status"].get("replicas"), d["status"].get("updatedReplicas")) == (2, 2)
+    server.kubectl("-n", ns, "delete", "quota", "pods")
+    eventually(lambda: len(items(server, ns, "pods", "app=web")) == 3, timeout=30, what="the third pod once allowed")
+    eventually(lambda: not any(c["type"] == "ReplicaFailure" for c in (
+        get_json(server, "-n", ns, "get", "rs", rs["metadata"]["name"]).get("status") or {}).get("conditions", [])),
+        what="ReplicaFailure cleared")
