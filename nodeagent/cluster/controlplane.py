@@ -4,8 +4,9 @@ It only wires: the store (from the config, or given by the caller), the registry
 of the rooms beside it (field validation and OpenAPI from the schema room, patches and
 managedFields from the patch room), the HTTP application, and the listening socket; it owns the process's lifetime
 (SIGTERM/SIGINT stop it, watches are ended, the store is closed last). Every long-lived task (the
-compactor, the index feeds, the quota status writer, the event recorder, the scheduler) is started
-through one GuardedTasks (daemonkit/tasks.py), which logs a task that dies.
+compactor, the index feeds, the quota status writer, the event recorder, the scheduler, the
+controller-manager) is started through one GuardedTasks (daemonkit/tasks.py), which logs a task that
+dies.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, 
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
+from nodeagent.cluster.controllers.manager.client import FIELD_MANAGER, USER, ApiError, Obj
+from nodeagent.cluster.controllers.manager.manager import ControllerManager
 from nodeagent.cluster.events.recorder import EventRecorder
+from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.encrypted import EncryptedStore
 from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
-from nodeagent.cluster.registry.options import Context, ListOptions
+from nodeagent.cluster.registry.options import Context, DeleteOptions, ListOptions
 from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
 from nodeagent.cluster.registry.plugins import Admitter
 from nodeagent.cluster.registry.registry import Registry
@@ -78,6 +82,7 @@ class ControlPlane:
         self.port: int | None = None
         self.scheduler: Scheduler | None = None
         self.registry: Registry | None = None
+        self.controllers: ControllerManager | None = None
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -111,6 +116,7 @@ class ControlPlane:
             await self._admission(registry, extra, tasks)
             add_binding(registry, settings)
             recorder = await self._scheduler(registry, tasks)
+            await self._controller_manager(registry, tasks)
             metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)
@@ -165,6 +171,26 @@ class ControlPlane:
             tasks.start(feed.run(), name=f"scheduler-feed:{gs.info.plural}", forever=True)
         tasks.start(self.scheduler.run(), name="scheduler", forever=True)
         return recorder
+
+    async def _controller_manager(self, registry: Registry, tasks: GuardedTasks) -> None:
+        """The controllers (cluster/controllers/manager) over their shared informers, each fed by a
+        list+watch of its resource and listed before any controller starts (WaitForCacheSync)."""
+        enabled = self.config.enabled_controllers
+        if not enabled:
+            return
+        client = RegistryClient(registry)
+
+        def recorder(component: str) -> EventRecorder:
+            rec = EventRecorder(registry.resource("", "v1", "events"), self.clock, component)
+            tasks.start(rec.run(), name=f"event-recorder:{component}", forever=True)
+            return rec
+
+        manager = self.controllers = ControllerManager(client, self.clock, enabled=enabled, recorder=recorder)
+        for (api_version, kind), informer in manager.informers.items():
+            feed = Feed(client.store(api_version, kind), informer.apply)
+            await feed.relist()
+            tasks.start(feed.run(), name=f"controller-feed:{kind}", forever=True)
+        tasks.start(manager.run(), name="controller-manager", forever=True)
 
     async def _security(self, registry: Registry, tasks: GuardedTasks) -> tuple[Security, ssl.SSLContext]:
         """Authentication, authorization and TLS from `security` (the auth room's pieces): the PKI made
@@ -242,3 +268,77 @@ class Feed:
             except StopAsyncIteration:
                 log.info("index_feed_relist", resource=self.gs.info.plural)
             await self.relist()
+
+
+class RegistryClient:
+    """The controller-manager's client: in-process registry calls as system:kube-controller-manager,
+    through the same admission as an HTTP request (quotas and limit ranges hold for its pods)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._by_kind: dict[tuple[str, str], ResourceInfo] = {}
+        for info in registry.catalog:
+            self._by_kind.setdefault((info.api_version, info.kind), info)
+
+    def store(self, api_version: str, kind: str) -> GenericStore:
+        info = self._by_kind[(api_version, kind)]
+        return self.registry.resource(info.group, info.version, info.plural)
+
+    def resource(self, api_version: str, kind: str) -> RegistryResource:
+        return RegistryResource(self.store(api_version, kind))
+
+    def namespaced(self, api_version: str, kind: str) -> bool | None:
+        info = self._by_kind.get((api_version, kind))
+        return None if info is None else info.namespaced
+
+
+class RegistryResource:
+    def __init__(self, gs: GenericStore) -> None:
+        self.gs = gs
+
+    @staticmethod
+    def _ctx() -> Context:
+        return Context(field_manager=FIELD_MANAGER, user=USER, groups=("system:authenticated",))
+
+    @staticmethod
+    def _ns(namespace: str) -> str | None:
+        return namespace or None
+
+    async def get(self, namespace: str, name: str) -> Obj:
+        try:
+            return await self.gs.get(self._ns(namespace), name)
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+
+    async def create(self, namespace: str, obj: Obj) -> Obj:
+        try:
+            return await self.gs.create(self._ns(namespace), obj, self._ctx())
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+
+    async def update(self, namespace: str, obj: Obj, subresource: str = "") -> Obj:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        try:
+            out, _ = await self.gs.update(self._ns(namespace), name, obj, self._ctx(), subresource=subresource)
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+        return out
+
+    async def patch(self, namespace: str, name: str, patch: Obj, patch_type: str, subresource: str = "") -> Obj:
+        assert patch_type in ("json", "merge", "strategic")
+        try:
+            out, _ = await self.gs.patch(self._ns(namespace), name, patch_type, patch, self._ctx(),  # type: ignore[arg-type]
+                                         subresource=subresource)
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+        return out
+
+    async def delete(self, namespace: str, name: str, *, uid: str | None = None, resource_version: str | None = None,
+                     propagation: str | None = None, grace_period_seconds: int | None = None) -> None:
+        assert propagation in (None, "Orphan", "Background", "Foreground")
+        opts = DeleteOptions(grace_period_seconds=grace_period_seconds, uid=uid, resource_version=resource_version,
+                             propagation_policy=propagation)  # type: ignore[arg-type]
+        try:
+            await self.gs.delete(self._ns(namespace), name, opts, self._ctx())
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None

@@ -10,6 +10,8 @@
     watchBookmarkInterval: 1m
     compactionInterval: 5m      # history older than one interval is compacted (watchers then get 410)
     logging: {level: info, format: auto}
+    controllers: ["*"]          # the in-process controller-manager: "*" (all), names, "-name" to leave one out,
+                                # [] for none (kube-controller-manager's --controllers)
     security:                   # set: HTTPS with a CA and serving certificate made on first start
       tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
       authorizationMode: [Node, RBAC]
@@ -30,6 +32,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from nodeagent.cluster.auth.config import SecurityConfig
+from nodeagent.cluster.controllers.manager.manager import CONTROLLERS
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     ConfigError,
@@ -83,6 +86,21 @@ class ServerConfig(BaseModel):
     security: SecurityConfig | None = None  # unset: plain HTTP on loopback, no authentication
     metric_resolution: Annotated[PositiveDuration, AfterValidator(_at_least_a_second)] = 15.0
     metrics_scrape: MetricsScrapeConfig = Field(default_factory=MetricsScrapeConfig)
+    controllers: tuple[str, ...] = ("*",)
+
+    @model_validator(mode="after")
+    def _controllers(self) -> ServerConfig:
+        for c in self.controllers:
+            if c != "*" and c.removeprefix("-") not in CONTROLLERS:
+                raise ValueError(f"controllers: unknown controller {c!r}: known are {', '.join(CONTROLLERS)} "
+                                 '("*" for all, "-name" to leave one out)')
+        return self
+
+    @property
+    def enabled_controllers(self) -> list[str]:
+        """--controllers semantics: "*" turns on every one, "name" one, "-name" turns one off."""
+        on = {c for c in CONTROLLERS if "*" in self.controllers or c in self.controllers}
+        return [c for c in CONTROLLERS if c in on and f"-{c}" not in self.controllers]
 
     @model_validator(mode="after")
     def _loopback(self) -> ServerConfig:

@@ -1,0 +1,68 @@
+"""The worker loop every controller shares (processNextWorkItem): take a key, sync it, forget its
+back-off on success (and look again after the delay the sync asked for), requeue it rate-limited
+on failure. A key is with one worker at a time (the queue sees to that)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+
+import structlog
+
+from nodeagent.cluster.controllers.manager.client import ApiError
+from nodeagent.cluster.controllers.manager.queue import WorkQueue
+from nodeagent.core.clock import Clock
+
+log = structlog.get_logger(__name__)
+
+
+class Controller:
+    """A subclass sets `name` and implements `sync(key) -> requeue after (seconds) or None`,
+    raising to be retried with back-off."""
+
+    name = "controller"
+    workers = 1
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.queue = WorkQueue(clock, name=self.name)
+        self.syncs = self.failures = 0
+
+    async def sync(self, key: str) -> float | None:
+        raise NotImplementedError
+
+    def enqueue(self, key: str) -> None:
+        self.queue.add(key)
+
+    async def process_one(self, key: Hashable) -> None:
+        self.syncs += 1
+        try:
+            after = await self.sync(str(key))
+        except Exception as e:  # noqa: BLE001  (a failed sync is retried with back-off, never fatal)
+            self.failures += 1
+            expected = isinstance(e, ApiError) and (e.conflict or e.already_exists or e.not_found)
+            (log.debug if expected else log.warning)(
+                "controller_sync_failed", controller=self.name, key=str(key), error=str(e),
+                requeues=self.queue.num_requeues(key),
+            )
+            self.queue.add_rate_limited(key)
+        else:
+            self.queue.forget(key)
+            if after is not None:
+                self.queue.add_after(key, after)
+        finally:
+            self.queue.done(key)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            if key is None:
+                return
+            await self.process_one(key)
+
+    async def run(self) -> None:
+        log.info("controller_started", controller=self.name, workers=self.workers)
+        try:
+            await asyncio.gather(*(self._worker() for _ in range(self.workers)))
+        finally:
+            self.queue.shutdown()
