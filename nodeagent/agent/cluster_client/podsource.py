@@ -38,7 +38,7 @@ import structlog
 from pydantic import ValidationError
 
 from nodeagent.agent.cluster_client import bodies, podstatus
-from nodeagent.agent.cluster_client.sync import ApiClient, ApiError
+from nodeagent.agent.cluster_client.sync import ApiClient, ApiError, KubeconfigClient
 from nodeagent.agent.config.settings import Config
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
@@ -47,7 +47,7 @@ from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import ValidationErrors
 from nodeagent.core.model import Pod
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
-from nodeagent.daemonkit.kubeconfig import KubeconfigError, load_kubeconfig
+from nodeagent.daemonkit.kubeconfig import KubeconfigError
 
 log = structlog.get_logger(__name__)
 
@@ -201,7 +201,7 @@ def _pod_path(key: Key) -> str:
     return f"/api/v1/namespaces/{quote(key[0], safe='')}/pods/{quote(key[1], safe='')}"
 
 
-class PodSync:
+class PodSync(KubeconfigClient):
     """The server's pods for one node: the watch, the reconcile, the status writes."""
 
     def __init__(self, manager: PodManager, node_name: str, *, clock: Clock | None = None,
@@ -214,12 +214,10 @@ class PodSync:
         self.events_posted: set[str] = set()
         self._events_failures = 0
         self._events_retry_at = 0.0
+        super().__init__(timeout)
         self.node_name = node_name
         self.clock = clock or SystemClock()
-        self.timeout = timeout
         self.watch_timeout = watch_timeout
-        self.client: ApiClient | None = None
-        self._kubeconfig: str | None = None
         self.server: dict[Key, dict[str, Any]] = {}
         self.synced = False  # a list succeeded: absence from `server` means deleted there
         self.resource_version: str | None = None
@@ -234,20 +232,6 @@ class PodSync:
     def wake(self) -> None:
         """Something changed (a watch event, a local pod): reconcile soon."""
         self._wake.set()
-
-    # ---- client ----
-    async def _client(self, path: str) -> ApiClient:
-        if self.client is None or self._kubeconfig != path:
-            await self._drop_client()
-            creds = await asyncio.to_thread(load_kubeconfig, path)
-            self.client = ApiClient(creds, self.timeout)
-            self._kubeconfig = path
-        return self.client
-
-    async def _drop_client(self) -> None:
-        if self.client is not None:
-            client, self.client = self.client, None
-            await client.close()
 
     # ---- watch ----
     def _query(self, **extra: str) -> str:

@@ -121,27 +121,14 @@ def _lease_path(name: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{bodies.NODE_LEASE_NAMESPACE}/leases/{quote(name, safe='')}"
 
 
-class ControlPlaneSync:
-    """The registration, node status and lease state of one agent (see the module docstring)."""
+class KubeconfigClient:
+    """One ApiClient for the kubeconfig at a path: made on first use (the file is read off the
+    loop), made again when the path changes or after `_drop_client` (a rotated token or CA)."""
 
-    def __init__(self, *, clock: Clock | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.clock = clock or SystemClock()
+    def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self.client: ApiClient | None = None
         self._kubeconfig: str | None = None
-        self.connected = False
-        self.registered = False
-        self.node_uid: str | None = None
-        self.lease: dict[str, Any] | None = None
-        self.failures = 0
-        self.last_error: str | None = None
-        self.next_status = 0.0  # clock.now() of the next status patch / lease renewal
-        self.next_lease = 0.0
-        self.status_sent = 0
-        self.status_skipped = 0
-        self._last_status: dict[str, Any] | None = None  # fingerprint and clock.now() of the last sent
-        self._last_status_at: float | None = None
-        self.lease_renewals = 0
 
     async def _client(self, path: str) -> ApiClient:
         if self.client is None or self._kubeconfig != path:
@@ -155,6 +142,27 @@ class ControlPlaneSync:
         if self.client is not None:
             client, self.client = self.client, None
             await client.close()
+
+
+class ControlPlaneSync(KubeconfigClient):
+    """The registration, node status and lease state of one agent (see the module docstring)."""
+
+    def __init__(self, *, clock: Clock | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(timeout)
+        self.clock = clock or SystemClock()
+        self.connected = False
+        self.registered = False
+        self.node_uid: str | None = None
+        self.lease: dict[str, Any] | None = None
+        self.failures = 0
+        self.last_error: str | None = None
+        self.next_status = 0.0  # clock.now() of the next status patch / lease renewal
+        self.next_lease = 0.0
+        self.status_sent = 0
+        self.status_skipped = 0
+        self._last_status: dict[str, Any] | None = None  # fingerprint and clock.now() of the last sent
+        self._last_status_at: float | None = None
+        self.lease_renewals = 0
 
     async def register(self, client: ApiClient, node: dict[str, Any], port: int, api_url: str) -> None:
         """Create the Node; if it exists, adopt it (its uid) and set our labels and annotation."""
