@@ -23,12 +23,18 @@ def _run(args: argparse.Namespace) -> int:
     credential handed to a log call (the debug request log's bodies, a mistake) never reach the log."""
     from nodeagent.cluster.auth.redact import redact_processor
     from nodeagent.cluster.controlplane import ControlPlane
+    from nodeagent.daemonkit.heap import freeze_startup_heap
 
     config = _load(args.config)
     if config is None:
         return 1
-    return daemons.run("server", config, lambda: ControlPlane(config).run(),  # port taken, unusable storage path
-                       log_processors=(redact_processor,))
+    # once it listens, the start-up heap (modules, the 1.37 schema) leaves the cyclic collector's
+    # reach: a full collection walked ~80,000 objects, 40-50 ms with the loop stopped
+    def listening(_port: int) -> None:
+        freeze_startup_heap()
+
+    return daemons.run("server", config, lambda: ControlPlane(config).run(ready=listening),
+                       log_processors=(redact_processor,))  # port taken, unusable storage path
 
 
 def _check_config(args: argparse.Namespace) -> int:
