@@ -377,3 +377,57 @@ def test_probe_events_reach_the_server(cluster: tuple[SecureServer, Agent]) -> N
     assert pod["status"]["phase"] == "Running" and pod["status"]["containerStatuses"][0]["ready"] is False
     assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "False"
     server.kubectl("delete", "pod", "unready", "--timeout=30s", timeout=40)
+
+
+def test_a_deployment_runs_on_the_agent_scales_and_goes(cluster: tuple[SecureServer, Agent]) -> None:
+    """End to end: a Deployment through the controllers (ReplicaSet, pods), the scheduler binds the
+    pods to the agent's node, the agent runs them and reports them Ready, so `kubectl rollout
+    status` returns; scaling down stops a process; deleting the Deployment takes every pod away."""
+    server, agent = cluster
+    deploy = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dweb", "namespace": "default"},
+              "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "dweb"}},
+                       "template": {"metadata": {"labels": {"app": "dweb"},
+                                                 "annotations": {"nodeagent.io/host-process": "true"}},
+                                    "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                                        {"name": "main", "image": "busybox",
+                                         "command": ["/bin/sh", "-c", "exec sleep 300"]}]}}}}
+    apply(server, json.dumps(deploy))
+    try:
+        _deployment_lifecycle(server, agent)
+    finally:  # else its ReplicaSet would make pods again for the next tests
+        server.kubectl("delete", "deploy/dweb", "--ignore-not-found", "--timeout=60s", timeout=70)
+
+
+def _deployment_lifecycle(server: SecureServer, agent: Agent) -> None:
+    server.kubectl("rollout", "status", "deploy/dweb", "--timeout=60s", timeout=70)
+
+    def running() -> dict[str, int]:
+        assert agent.manager is not None
+        return {name: w.workers["main"].pid for (ns, name), w in agent.manager.pods.items()
+                if name.startswith("dweb-") and not w.terminal and "main" in w.workers
+                and w.workers["main"].pid is not None}
+
+    pods = json.loads(server.kubectl("get", "pods", "-l", "app=dweb", "-o", "json").stdout)["items"]
+    assert len(pods) == 2 and all(p["spec"]["nodeName"] == "n1" and p["status"]["phase"] == "Running"
+                                  for p in pods), pods
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet" for p in pods)
+
+    def with_count(n: int) -> Callable[[], dict[str, int] | None]:
+        return lambda: r if len(r := agent.call(running)) == n else None
+
+    procs = until(with_count(2), 10, "two processes")
+    assert set(procs) == {p["metadata"]["name"] for p in pods} and all(pid_alive(pid) for pid in procs.values())
+    deployment = server.get_json("deployment", "dweb")
+    assert deployment["status"]["availableReplicas"] == 2 and deployment["status"]["readyReplicas"] == 2
+
+    server.kubectl("scale", "deploy/dweb", "--replicas=1")
+    left = until(with_count(1), 20, "one process left")
+    gone = [pid for name, pid in procs.items() if name not in left]
+    assert len(gone) == 1
+    until(lambda: not pid_alive(gone[0]), 10, "the scaled-down pod's process to end")
+
+    server.kubectl("delete", "deploy/dweb", "--timeout=60s", timeout=70)
+    until(lambda: not json.loads(server.kubectl("get", "pods", "-l", "app=dweb", "-o", "json").stdout)["items"],
+          30, "the Deployment's pods to be collected")
+    until(lambda: not agent.call(running), 20, "the agent to stop them")
+    assert not any(pid_alive(pid) for pid in procs.values())
