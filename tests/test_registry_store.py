@@ -457,3 +457,25 @@ async def test_raw_list_equals_decoded_list_page_by_page() -> None:
         token = decoded.continue_token
         if not token:
             break
+
+
+async def test_a_request_after_the_store_closed_is_503_and_logs_no_failure() -> None:
+    """At shutdown the store closes while clients (an agent's watch, kubectl -w) reconnect at once:
+    they get 503, as from a terminating kube-apiserver, and the log shows no store failure. A real
+    storage error still logs store_failed."""
+    from structlog.testing import capture_logs
+
+    reg, pods, store, _ = await _pods()
+    await pods.create("default", pod(), Context())
+    store.fail_next = True
+    with capture_logs() as logs, pytest.raises(StatusError) as broken:
+        await pods.create("default", pod("other"), Context())
+    assert broken.value.code == 500 and [e["event"] for e in logs] == ["store_failed"]
+    await store.close()
+    with capture_logs() as logs:
+        for call in (lambda: pods.get("default", "web"), lambda: pods.list("default", ListOptions()),
+                     lambda: pods.create("default", pod("late"), Context())):
+            with pytest.raises(StatusError) as e:
+                await call()
+            assert e.value.code == 503 and e.value.status["reason"] == "ServiceUnavailable", e.value.status
+    assert not [e for e in logs if e.get("log_level") == "error"], logs

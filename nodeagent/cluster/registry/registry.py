@@ -16,7 +16,7 @@ from nodeagent.cluster.registry.codec import decode_kv
 from nodeagent.cluster.registry.kinds import BUILTIN, REVIEWS
 from nodeagent.cluster.registry.kinds.reviews import ReviewStore
 from nodeagent.cluster.registry.options import Context
-from nodeagent.cluster.registry.store import GenericStore, Plugins
+from nodeagent.cluster.registry.store import GenericStore, Plugins, store_error
 from nodeagent.cluster.registry.strategy import Strategy
 from nodeagent.cluster.storage.interface import Store, StoreError
 from nodeagent.core.clock import Clock
@@ -65,7 +65,7 @@ class Registry:
         try:
             kv, _ = await self.store.get(self._namespaces.key(None, namespace))
         except StoreError as e:
-            raise errors.internal(f"storage error: {e}") from None
+            raise store_error(e) from None
         if kv is None:
             raise errors.not_found("namespaces", "", namespace)
         ns = decode_kv(kv)

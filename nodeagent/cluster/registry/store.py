@@ -64,6 +64,7 @@ from nodeagent.cluster.storage.interface import (
     KeyValue,
     Put,
     Store,
+    StoreClosed,
     StoreError,
 )
 from nodeagent.core.clock import Clock
@@ -122,11 +123,14 @@ def _without_rv(obj: Obj) -> Obj:
     return obj
 
 
-def _store_error(e: StoreError) -> errors.StatusError:
+def store_error(e: StoreError) -> errors.StatusError:
+    """The Status a storage failure answers with (410, 504, 503 while shutting down, else 500 and a log line)."""
     if isinstance(e, Compacted):
         return errors.too_old(e.requested, e.compacted)
     if isinstance(e, FutureRevision):
         return errors.too_large(e.requested, e.current)
+    if isinstance(e, StoreClosed):  # a request that came in while the server shuts down
+        return errors.unavailable("the server is shutting down")
     log.error("store_failed", error=str(e))
     return errors.internal(f"storage error: {e}")
 
@@ -252,21 +256,21 @@ class GenericStore:
         try:
             res = await self.store.txn([Compare(key, "mod_revision", "=", mod_revision)], [Put(key, value)])
         except StoreError as e:
-            raise _store_error(e) from None
+            raise store_error(e) from None
         return res.revision if res.succeeded else None
 
     async def _txn_delete(self, key: str, mod_revision: int) -> int | None:
         try:
             res = await self.store.txn([Compare(key, "mod_revision", "=", mod_revision)], [DeleteKey(key)])
         except StoreError as e:
-            raise _store_error(e) from None
+            raise store_error(e) from None
         return res.revision if res.succeeded else None
 
     async def _get_kv(self, key: str, revision: int = 0) -> KeyValue | None:
         try:
             kv, _ = await self.store.get(key, revision=revision)
         except StoreError as e:
-            raise _store_error(e) from None
+            raise store_error(e) from None
         return kv
 
     # ---- create ----------------------------------------------------------------------------------
@@ -372,7 +376,7 @@ class GenericStore:
             except StoreError as e:
                 if opts.continue_token and isinstance(e, Compacted):
                     raise errors.gone(errors.CONTINUE_EXPIRED) from None
-                raise _store_error(e) from None
+                raise store_error(e) from None
             revision = res.revision
             for i, kv in enumerate(res.kvs):
                 obj = self._decode(kv)
@@ -417,7 +421,7 @@ class GenericStore:
         except StoreError as e:
             if opts.continue_token and isinstance(e, Compacted):
                 raise errors.gone(errors.CONTINUE_EXPIRED) from None
-            raise _store_error(e) from None
+            raise store_error(e) from None
         items: builtins.list[bytes] = []
         for kv in res.kvs:
             raw = with_resource_version(kv.value, kv.mod_revision)
@@ -432,7 +436,7 @@ class GenericStore:
         try:
             kv, rev = await self.store.get(self.key(namespace, name), revision=revision)
         except StoreError as e:
-            raise _store_error(e) from None
+            raise store_error(e) from None
         items = []
         if kv is not None and (obj := self._decode(kv)) and self.matches(obj, opts):
             items.append(obj)

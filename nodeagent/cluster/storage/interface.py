@@ -122,6 +122,14 @@ class StoreError(Exception):
     """The store cannot serve the request (disk full, I/O error, closed); the API answers 5xx."""
 
 
+class StoreClosed(StoreError):
+    """The store was closed: the server is shutting down (the API answers 503, as kube-apiserver
+    does while it terminates, and logs nothing: it is not a failure)."""
+
+    def __init__(self) -> None:
+        super().__init__("the store is closed")
+
+
 class Compacted(StoreError):
     """The requested revision was compacted away (the API answers 410 Gone, reason Expired)."""
 

@@ -15,7 +15,15 @@ from itertools import islice
 from typing import Protocol
 
 from nodeagent.cluster.storage.history import History
-from nodeagent.cluster.storage.interface import Compacted, Event, FutureRevision, KeyValue, RangeResult, StoreError
+from nodeagent.cluster.storage.interface import (
+    Compacted,
+    Event,
+    FutureRevision,
+    KeyValue,
+    RangeResult,
+    StoreClosed,
+    StoreError,
+)
 from nodeagent.cluster.storage.keyspace import Keyspace, bounds
 from nodeagent.cluster.storage.watch import PrefixWaiters, Watch
 
@@ -108,7 +116,7 @@ class Mvcc:
 
     def check_open(self) -> None:
         if self._closed:
-            raise StoreError("the store is closed")
+            raise StoreClosed()
 
     def _check_read(self, revision: int) -> int:
         self.check_open()

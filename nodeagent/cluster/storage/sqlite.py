@@ -52,6 +52,7 @@ from nodeagent.cluster.storage.interface import (
     KeyValue,
     Op,
     RangeResult,
+    StoreClosed,
     StoreError,
     TxnResult,
 )
@@ -167,7 +168,7 @@ class SqliteStore:
 
     def _check_writable(self) -> None:
         if self._closing:
-            raise StoreError("the store is closed")
+            raise StoreClosed()
         if self._broken is not None:
             raise StoreError(f"the store cannot write any more: {self._broken}")
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from nodeagent.cluster.storage.history import History
-from nodeagent.cluster.storage.interface import Compacted, Event, StoreError
+from nodeagent.cluster.storage.interface import Compacted, Event, StoreClosed
 
 # revisions read from the log at a time by a watcher behind the ring (kine reads 500 rows at a time)
 CHUNK = 500
@@ -136,7 +136,7 @@ class Watch:
         """Load the batch of _rev, or wait for it to be committed."""
         source, rev = self._source, self._rev
         if source.closed:
-            raise StoreError("the store is closed")
+            raise StoreClosed()
         if rev <= source.compacted_revision:
             raise Compacted(rev, source.compacted_revision)
         head = source.revision
