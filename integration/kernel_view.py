@@ -36,6 +36,26 @@ def is_running(pid: int, start_time: int | None = None) -> bool:
     return st is not None and st[0] != "Z" and (start_time is None or st[1] == start_time)
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in its exit path
+SIGKILL_BIT = 1 << 8  # SIGKILL (9) in the pending masks of /proc/<pid>/status
+
+
+def is_dying(pid: int) -> bool:
+    """Sent SIGKILL or already exiting, though not yet a zombie: a large process keeps its state R
+    or D for tens of milliseconds while the kernel frees its memory."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    flags = int(stat[stat.rindex(b")") + 2 :].split()[9 - 3])
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return bool(flags & PF_EXITING or pending & SIGKILL_BIT)
+
+
 def container_id_parts(container_id: str) -> tuple[int, int]:
     """nodeagent://<pid>@<start time> -> (pid, start time)."""
     prefix = "nodeagent://"

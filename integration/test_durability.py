@@ -39,7 +39,7 @@ from eviction_helpers import (
     meminfo,
     memory_signal_available,
 )
-from kernel_view import is_running
+from kernel_view import is_dying, is_running
 
 SLEEP = "exec sleep 100000"
 
@@ -436,7 +436,9 @@ class KillStorm:
         delay = self.rng.uniform(0, KILL_AFTER_STAMP_S)
         time.sleep(max(0.0, (crossed or time.monotonic()) + delay - time.monotonic()))
         self._kill()
-        self.hog_alive = is_running(pid)  # the dead agent had not killed it (yet)
+        # the dead agent had not killed it (yet): one it had sent SIGKILL may still read as running
+        # while the kernel frees its memory (seen in CI's UML run, seed 680724229)
+        self.hog_alive = is_running(pid) and not is_dying(pid)
         watcher.join(30)
         if reported:
             assert reported[-1] == "Failed", f"{name} reported Evicted in phase {reported[-1]}"
