@@ -187,15 +187,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
     (tmp / "agent").mkdir()
     agent = Agent(config, tmp / "agent", driver)
     yield server, agent
-    server.kubectl("delete", "pods", "--all", "--timeout=30s", timeout=40)  # else the sync starts them again
-    if agent.manager is not None:
-        manager = agent.manager
-        for w in list(manager.pods.values()):
-            agent.call(lambda w=w: manager.terminate(w, 0, remove=True) if not w.terminal else None)
-        until(lambda: not agent.call(lambda: [k for k, w in manager.pods.items() if not w.finished]), 20,
-              "pods stopped")
-    agent.stop()
-    server.stop()
+    try:  # the server and the agent go even when a test left the cluster in a state this cannot clean
+        server.kubectl("delete", "pods", "--all", "--timeout=30s", timeout=40)  # else the sync starts them again
+        if agent.manager is not None:
+            manager = agent.manager
+            for w in list(manager.pods.values()):
+                agent.call(lambda w=w: manager.terminate(w, 0, remove=True) if not w.terminal else None)
+            until(lambda: not agent.call(lambda: [k for k, w in manager.pods.items() if not w.finished]), 20,
+                  "pods stopped")
+    finally:
+        try:
+            agent.stop()
+        finally:
+            server.stop()
 
 
 def test_applied_pod_runs_and_is_ready(cluster: tuple[SecureServer, Agent]) -> None:

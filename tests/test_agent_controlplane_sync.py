@@ -91,8 +91,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
                            "nodeLeaseDurationSeconds": 2, "nodeStatusUpdateFrequency": "1s"}, "test")
     agent = LoopThread(config)
     yield server, agent
-    agent.stop()
-    server.stop()
+    try:
+        agent.stop()
+    finally:
+        server.stop()  # never left running (a process of its own)
 
 
 def lease(server: SecureServer) -> dict[str, Any] | None:

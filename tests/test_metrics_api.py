@@ -114,8 +114,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
                                                      {"name": "idle", "image": "x", "command": ["true"]}]}}
     server.kubectl("create", "-f", _file(tmp, "pod.json", pod))
     yield server, agent
-    agent.stop()
-    server.stop()
+    try:
+        agent.stop()
+    finally:
+        server.stop()  # never left running (a process of its own)
 
 
 def _file(tmp: Path, name: str, obj: dict[str, Any]) -> str:
