@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.cluster.controllers.common.meta import controller_ref, key, labels, name, namespace, spec, uid
-from nodeagent.cluster.controllers.common.selectors import matches
+from nodeagent.cluster.controllers.common.meta import controller_ref, key, name, namespace, spec, uid
 from nodeagent.cluster.controllers.deployment import reconcile
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
@@ -39,16 +38,10 @@ class DeploymentController(Controller):
         self.enqueue(key(d))
 
     def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        if ref is None or ref.get("kind") != "Deployment" or not str(ref.get("apiVersion", "")).startswith("apps/"):
-            return None
-        k = f"{ns}/{ref.get('name')}"
-        d = self.deployments.get(k)
-        return k if d is not None and uid(d) == str(ref.get("uid") or "") else None
+        return self.owner_key(self.deployments, "Deployment", ref, ns)
 
     def _enqueue_matching(self, rs: Obj) -> None:
-        for d in self.deployments.in_namespace(namespace(rs)):
-            if matches(spec(d).get("selector"), labels(rs)):
-                self.enqueue(key(d))
+        self.enqueue_selecting(self.deployments, rs)
 
     def _rs_added(self, rs: Obj) -> None:
         k = self._owner_key(controller_ref(rs), namespace(rs))

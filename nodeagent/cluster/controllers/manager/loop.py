@@ -5,11 +5,15 @@ on failure. A key is with one worker at a time (the queue sees to that)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 import structlog
 
+from nodeagent.cluster.controllers.common.meta import key, labels, namespace, spec, uid
+from nodeagent.cluster.controllers.common.selectors import matches
 from nodeagent.cluster.controllers.manager.client import ApiError
+from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.queue import WorkQueue
 from nodeagent.core.clock import Clock
 
@@ -33,6 +37,21 @@ class Controller:
 
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
+
+    @staticmethod
+    def owner_key(owners: Informer, kind: str, ref: Mapping[str, Any] | None, ns: str) -> str | None:
+        """resolveControllerRef: the key of the `kind` (apps/*) in `owners`' cache with the referenced uid."""
+        if ref is None or ref.get("kind") != kind or not str(ref.get("apiVersion", "")).startswith("apps/"):
+            return None
+        k = f"{ns}/{ref.get('name')}"
+        owner = owners.get(k)
+        return k if owner is not None and uid(owner) == str(ref.get("uid") or "") else None
+
+    def enqueue_selecting(self, owners: Informer, orphan: Mapping[str, Any]) -> None:
+        """An orphan: every owner of its namespace whose selector matches it may adopt it."""
+        for owner in owners.in_namespace(namespace(orphan)):
+            if matches(spec(owner).get("selector"), labels(orphan)):
+                self.enqueue(key(owner))
 
     async def process_one(self, key: Hashable) -> None:
         self.syncs += 1

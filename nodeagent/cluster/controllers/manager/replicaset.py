@@ -23,7 +23,6 @@ from nodeagent.cluster.controllers.common.meta import (
     uid,
 )
 from nodeagent.cluster.controllers.common.pods import is_ready
-from nodeagent.cluster.controllers.common.selectors import matches
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
@@ -61,17 +60,11 @@ class ReplicaSetController(Controller):
 
     def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
         """resolveControllerRef: a ReplicaSet in the cache with the referenced uid."""
-        if ref is None or ref.get("kind") != "ReplicaSet" or not str(ref.get("apiVersion", "")).startswith("apps/"):
-            return None
-        k = f"{ns}/{ref.get('name')}"
-        rs = self.rss.get(k)
-        return k if rs is not None and uid(rs) == str(ref.get("uid") or "") else None
+        return self.owner_key(self.rss, "ReplicaSet", ref, ns)
 
     def _enqueue_matching(self, pod: Obj) -> None:
         """An orphan: every ReplicaSet of its namespace whose selector matches may adopt it."""
-        for rs in self.rss.in_namespace(namespace(pod)):
-            if matches(spec(rs).get("selector"), labels(pod)):
-                self.enqueue(key(rs))
+        self.enqueue_selecting(self.rss, pod)
 
     def _pod_added(self, pod: Obj) -> None:
         if being_deleted(pod):
