@@ -213,3 +213,19 @@ def test_watches_that_kubectl_ends_leave_no_traceback_in_the_server_log(server: 
     server.log.flush()
     text = Path(server.log.name).read_text()
     assert "Error handling request" not in text and "ConnectionResetError" not in text, text[-3000:]
+
+
+def test_a_patch_naming_another_uid_is_refused_and_changes_nothing(server: Server) -> None:
+    """The uid is immutable: kubectl patch (merge, and on the status subresource) naming another
+    uid gets kube-apiserver's 422, and the node keeps its uid and labels."""
+    _node(server, "verbs-uid")
+    before = json.loads(server.kubectl("get", "node", "verbs-uid", "-o", "json").stdout)
+    other = "0b3a8f6e-0000-4000-8000-000000000000"
+    for extra in ((), ("--subresource=status",)):
+        res = server.kubectl("patch", "node", "verbs-uid", "--type=merge", *extra, "-p",
+                             json.dumps({"metadata": {"uid": other, "labels": {"x": "y"}}}), check=False)
+        assert res.returncode == 1, res
+        assert f'metadata.uid: Invalid value: "{other}": field is immutable' in res.stderr, res.stderr
+    after = json.loads(server.kubectl("get", "node", "verbs-uid", "-o", "json").stdout)
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert "x" not in (after["metadata"].get("labels") or {})
