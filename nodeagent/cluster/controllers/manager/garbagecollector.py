@@ -1,8 +1,9 @@
 """The garbage collector's thin loop: one key for the whole graph.
 
-Any change that can matter (an object added with owners, owners or finalizers or the deletion
-timestamp changed, an object gone) queues the single key; the queue's dedup folds a burst of
-changes into one pass over the informers' caches, whose decision (garbagecollector/decide.py)
+Any change that can matter (garbagecollector/triggers.py: an object arriving with an absent or
+waiting owner, owners or finalizers changed, an owner deleted) queues the single key, and so does
+the start (a pass over what was listed); the queue's dedup folds a burst of changes into one pass
+over the informers' caches, whose decision (garbagecollector/decide.py)
 is run by the executor. Kinds without an informer here are unknown to the graph's REST mapper, so
 objects owned by them are left alone (upstream would learn them through discovery)."""
 
@@ -12,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nodeagent.cluster.controllers.common.actions import Delete, Patch
-from nodeagent.cluster.controllers.common.meta import finalizers, meta, owner_references
 from nodeagent.cluster.controllers.garbagecollector import decide
 from nodeagent.cluster.controllers.garbagecollector.graph import group_of
+from nodeagent.cluster.controllers.garbagecollector.triggers import Triggers
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
@@ -36,23 +37,22 @@ class GarbageCollector(Controller):
         self.executor = Executor(client, recorder, "garbage-collector-controller")
         self._kinds = {(group_of(i.api_version), i.kind) for i in informers}
         self.passes = self.actions = 0
+        self.triggers = Triggers()
         for inf in informers:
             inf.add_handlers(Handlers(self._added, self._updated, self._deleted))
+        self.enqueue(GRAPH)
 
     def _added(self, obj: Obj) -> None:
-        if owner_references(obj) or meta(obj).get("deletionTimestamp"):
+        if self.triggers.added(obj):
             self.enqueue(GRAPH)
 
     def _updated(self, old: Obj, new: Obj) -> None:
-        if (
-            owner_references(old) != owner_references(new)
-            or finalizers(old) != finalizers(new)
-            or meta(old).get("deletionTimestamp") != meta(new).get("deletionTimestamp")
-        ):
+        if self.triggers.updated(old, new):
             self.enqueue(GRAPH)
 
     def _deleted(self, obj: Obj) -> None:
-        self.enqueue(GRAPH)
+        if self.triggers.deleted(obj):
+            self.enqueue(GRAPH)
 
     def namespaced(self, api_version: str, kind: str) -> bool | None:
         if (group_of(api_version), kind) not in self._kinds:
