@@ -50,16 +50,34 @@ def rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
+def tree(pid: int) -> list[int]:
+    """The server and its descendants (the SQLite committer runs in a child process)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").iterdir():
+            todo += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+    """utime + stime of the server's whole process tree."""
+    total = 0
+    for p in tree(pid):
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """RSS of the server's process tree."""
+    total = 0
+    for p in tree(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
 
 
 def hollow_node(name: str) -> dict[str, Any]:
@@ -105,6 +123,7 @@ class HollowNodes:
         self.bound_seen: dict[str, float] = {}
         self.running_at: dict[str, float] = {}
         self.errors = 0
+        self.leases: dict[str, dict[str, Any] | None] = {}
         self.workers = workers
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -116,6 +135,7 @@ class HollowNodes:
             async with self.s.post(f"{self.url}/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases",
                                    json=lease) as r:
                 assert r.status in (201, 409), await r.text()
+                self.leases[name] = await r.json() if r.status == 201 else None
         ready = asyncio.Event()
         self.tasks = [asyncio.create_task(self._watch(ready)), asyncio.create_task(self._heartbeats())]
         self.tasks += [asyncio.create_task(self._worker()) for _ in range(self.workers)]
@@ -127,16 +147,19 @@ class HollowNodes:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     async def _heartbeats(self) -> None:
-        """Every node renews its Lease each quarter of its duration (the agent's cadence), spread out."""
+        """Every node renews its Lease each quarter of its duration, spread out, as the agent does
+        (cluster_client/sync.py): PUT the Lease last seen, read it again only after a failure."""
         period = LEASE_S * 0.25
         while True:
             for name in self.names:
                 path = f"{self.url}/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}"
                 try:
-                    async with self.s.get(path) as r:
-                        lease = await r.json()
+                    lease = self.leases.get(name)
+                    if lease is None:
+                        async with self.s.get(path) as r:
+                            lease = await r.json()
                     async with self.s.put(path, json=renewed_lease(lease, name, LEASE_S, time.time())) as r:
-                        await r.read()
+                        self.leases[name] = await r.json() if r.status == 200 else None
                 except aiohttp.ClientError:
                     self.errors += 1
                 await asyncio.sleep(period / len(self.names))
@@ -322,12 +345,12 @@ async def fifty(args: argparse.Namespace, s: aiohttp.ClientSession, url: str, pi
 
 async def idle(args: argparse.Namespace, s: aiohttp.ClientSession, url: str, pid: int) -> None:
     per = 1000
-    count = max(1, args.idle_pods // per)
+    count = args.idle_pods // per
     names = [f"idle{i:02d}" for i in range(count)]
     for nm in names:
         async with s.post(f"{url}/apis/apps/v1/namespaces/default/deployments", json=deployment(nm, per)) as r:
             assert r.status == 201, await r.text()
-    took = await wait_all(s, url, names, per, args.timeout * 4)
+    took = await wait_all(s, url, names, per, args.timeout * 4) if names else 0.0
     print(f"idle: {count * per} pods held ({count} Deployments of {per}) available in {took:.2f} s; "
           f"server RSS {rss_mib(pid):.0f} MiB")
     await asyncio.sleep(2)
