@@ -349,3 +349,26 @@ async def test_cronjob_time_zone(registry: tuple[Registry, FakeClock]) -> None:
     await h.advance(1800.1)
     (j,) = await h.jobs()
     assert j["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] == "2023-11-15T08:00:00+09:00"
+
+
+async def test_a_job_created_before_a_lost_status_write_is_put_back_in_the_active_list(
+        registry: tuple[Registry, FakeClock]) -> None:
+    """A crash between the create and the status write: the next sync's create meets AlreadyExists,
+    finds the Job its own and lists it (upstream's recovery), without starting a second one."""
+    h = Harness(*registry, enabled=["cronjob"])
+    t0 = h.clock.wall()
+    cj = await h.res("batch/v1", "CronJob").create(NS, cronjob_obj("lost", "*/5 * * * *"))
+    await h.drain()
+    name = f"lost-{int(t0 + 300) // 60}"
+    made = await h.res("batch/v1", "Job").create(NS, {  # what the crashed controller had created
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS, "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "CronJob", "name": "lost", "uid": cj["metadata"]["uid"],
+             "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"template": {"spec": POD_SPEC}}})
+    await h.advance(300.1)
+    st = (await h.res("batch/v1", "CronJob").get(NS, "lost"))["status"]
+    assert [(a["name"], a["uid"]) for a in st["active"]] == [(name, made["metadata"]["uid"])]
+    assert st["lastScheduleTime"] == rfc3339(t0 + 300)
+    assert [j["metadata"]["name"] for j in await h.jobs()] == [name]
+    assert "SuccessfulCreate" not in h.events.reasons("cronjob-controller")
+    assert h.due(h.mgr.cronjob) == pytest.approx(300.0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.cluster.controllers.common.actions import Plan, UpdateStatus
+from nodeagent.cluster.controllers.common.actions import Create, Plan, UpdateStatus
 from nodeagent.cluster.controllers.common.meta import being_deleted, controller_ref, key, name, namespace, status, uid
 from nodeagent.cluster.controllers.cronjob import reconcile
 from nodeagent.cluster.controllers.manager.client import ApiError, Client, Recorder
@@ -65,6 +65,18 @@ class CronJobController(Controller):
         if k is not None:
             self.enqueue(k)
 
+    async def _created_before(self, cj: Obj, plan: Plan) -> dict[str, Any] | None:
+        """AlreadyExists: a Job this CronJob made for that time earlier, its status write lost (a
+        crash between the two) is put back in the active list, as upstream does; None otherwise."""
+        (create,) = plan.of_type(Create)
+        got = await self.client.resource(JOB_API_VERSION, JOB_KIND).get(namespace(cj), name(create.obj))
+        ref = controller_ref(got)
+        if ref is None or str(ref.get("uid") or "") != uid(cj):
+            return None
+        if any(str(a.get("uid") or "") == uid(got) for a in status(cj).get("active") or []):
+            return None
+        return got
+
     async def _jobs_to_reconcile(self, cj: Obj) -> list[Obj]:
         """getJobsToBeReconciled, plus the active Jobs the cache does not show yet but the API does."""
         jobs = list(self.jobs.controlled_by(uid(cj)))
@@ -87,14 +99,30 @@ class CronJobController(Controller):
         cj = self.cronjobs.get(k)
         if cj is None:
             return None
-        plan = reconcile.sync(cj, await self._jobs_to_reconcile(cj), now=self.clock.wall())
+        jobs = await self._jobs_to_reconcile(cj)
+        active = {str(a.get("uid") or "") for a in status(cj).get("active") or []}
+        if any(uid(j) not in active and not reconcile.finished(j) for j in jobs):
+            # a Job it does not list: the cached CronJob may predate the status write that lists it
+            try:
+                cj = await self.client.resource(reconcile.API_VERSION, reconcile.KIND).get(namespace(cj), name(cj))
+            except ApiError as e:
+                if e.not_found:
+                    return None
+                raise
+        plan = reconcile.sync(cj, jobs, now=self.clock.wall())
         cut = next((i for i, a in enumerate(plan.actions) if isinstance(a, UpdateStatus)), len(plan.actions))
         first = await self.executor.run(Plan(plan.actions[:cut]))
-        if first.error is not None:
+        created = first.created
+        if isinstance(first.error, ApiError) and first.error.already_exists:
+            existing = await self._created_before(cj, plan)
+            if existing is None:
+                return None  # another actor's Job of that name: it keeps the status
+            created = [existing]
+        elif first.error is not None:
             raise first.error
         rest = plan.actions[cut:]
-        if rest and isinstance(rest[0], UpdateStatus) and first.created:
-            rest[0] = UpdateStatus(_with_refs(rest[0].obj, first.created), rest[0].reason)
+        if rest and isinstance(rest[0], UpdateStatus) and created:
+            rest[0] = UpdateStatus(_with_refs(rest[0].obj, created), rest[0].reason)
         outcome = await self.executor.run(Plan(rest, plan.requeue_after))
         if outcome.error is not None:
             raise outcome.error
