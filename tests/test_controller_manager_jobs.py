@@ -372,3 +372,22 @@ async def test_a_job_created_before_a_lost_status_write_is_put_back_in_the_activ
     assert [j["metadata"]["name"] for j in await h.jobs()] == [name]
     assert "SuccessfulCreate" not in h.events.reasons("cronjob-controller")
     assert h.due(h.mgr.cronjob) == pytest.approx(300.0)
+
+
+async def test_a_restarted_manager_creates_no_second_set_of_pods(registry: tuple[Registry, FakeClock]) -> None:
+    """Caches rebuilt by listing (WaitForCacheSync) before the first sync: the pods already made are
+    counted, whatever the lost expectations and back-off records said."""
+    h = Harness(*registry, enabled=["job", "cronjob"])
+    await h.res("batch/v1", "Job").create(NS, job_obj("par", parallelism=3, completions=6))
+    await h.drain()
+    first = await h.pods()
+    await h.finish_pod(first[0], "Failed")
+    await h.advance(1.0)
+    assert len(live(await h.pods())) == 2  # the failed one waits for its back-off
+    restarted = Harness(*registry, enabled=["job", "cronjob"])
+    await restarted.drain()
+    pods = await restarted.pods()
+    assert len(live(pods)) == 3 and len(pods) == 4  # the back-off record is memory: replaced at once
+    assert (await restarted.job("par"))["status"]["failed"] == 1
+    await restarted.advance(1.0)
+    assert len(await restarted.pods()) == 4

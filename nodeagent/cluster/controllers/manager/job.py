@@ -216,9 +216,9 @@ class JobController(Controller):
             self.expectations.deletion_observed(k, pod_key)
         tracking = await self.executor.run(Plan(s.plan.actions[s.tracking_from :], s.plan.requeue_after))
         by_uid = {uid(p): p for p in self.pods.controlled_by(uid(job))}
+        written = {**managing.written, **tracking.written}
         for pod_uid in s.expect_finalizer_removals:  # a removal not written is not expected to be seen
             pod = by_uid.get(pod_uid)
-            written = {**managing.written, **tracking.written}
             if pod is None or ("Pod", namespace(pod), name(pod)) not in written:
                 self.finalizer_expectations.removal_observed(k, pod_uid)
         if ("Job", namespace(job), name(job)) in tracking.written:
