@@ -9,7 +9,7 @@ from nodeagent.cluster.serverconfig import parse_server_config
 from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
-ALL = ["replicaset", "deployment", "garbagecollector"]
+ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -17,9 +17,10 @@ ALL = ["replicaset", "deployment", "garbagecollector"]
     (["*"], ALL),
     ([], []),
     (["replicaset"], ["replicaset"]),
-    (["*", "-garbagecollector"], ["replicaset", "deployment"]),
+    (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
+    (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),
 ])
 def test_enabled_controllers(value: list[str] | None, enabled: list[str]) -> None:
     data = {} if value is None else {"controllers": value}
@@ -36,5 +37,8 @@ def test_manager_builds_only_what_is_enabled() -> None:
     m = ControllerManager(client=None, clock=FakeClock(), enabled=["replicaset"])  # type: ignore[arg-type]
     assert [c.name for c in m.controllers] == ["replicaset"]
     assert sorted(k for _, k in m.informers) == ["Pod", "ReplicaSet"]
+    m = ControllerManager(client=None, clock=FakeClock(), enabled=["job", "cronjob", "ttl-after-finished"])  # type: ignore[arg-type]
+    assert [c.name for c in m.controllers] == ["job", "cronjob", "ttl-after-finished"]
+    assert sorted(k for _, k in m.informers) == ["CronJob", "Job", "Pod"]  # shared: one Job informer for three
     with pytest.raises(ValueError, match="unknown controllers: daemonset"):
         ControllerManager(client=None, clock=FakeClock(), enabled=["daemonset"])  # type: ignore[arg-type]

@@ -100,7 +100,7 @@ def test_a_succeeded_pod_is_counted_through_uncounted_then_finalizer_then_counte
     rm = [p for p in s.plan.of_type(Patch) if p.subresource == ""]
     assert [p.ref.name for p in rm] == ["pi-a"] and rm[0].patch == {"metadata": {"$deleteFromPrimitiveList/finalizers": FIN}}
     st = final_status(s)
-    assert st["succeeded"] == 1 and st["uncountedTerminatedPods"] == {"succeeded": [], "failed": []}
+    assert st["succeeded"] == 1 and st["uncountedTerminatedPods"] == {"succeeded": None, "failed": None}  # merge patch: removed
     assert [c["type"] for c in st["conditions"]] == ["SuccessCriteriaMet", "Complete"] and st["completionTime"] == ts(NOW)
     order = [type(a).__name__ + ":" + getattr(a, "subresource", "") for a in s.plan.actions]
     assert order.index("UpdateStatus:") < order.index("Patch:") < order.index("Patch:status")   # crash-safe order
@@ -202,3 +202,60 @@ def test_ttl_after_finished() -> None:
     (d,) = ttl.decide(done, NOW + 70).of_type(Delete)
     assert d.propagation == "Foreground" and d.ref.uid == "job-uid"
     assert ttl.decide(job(ttl_after=100), NOW).actions == []
+
+
+def test_a_finished_jobs_active_pods_are_deleted_with_their_finalizers_kept() -> None:
+    """deleteActivePods preserves finalizers (tracking removes them) and sets no expectations;
+    manageJob's deleteJobPods removes the finalizer first and expects the deletion."""
+    j = job(3, 2, backoff_limit=0, status={"startTime": ts(NOW - 60)})
+    running = jpod(j, "r")
+    s = jc.sync(j, [running, jpod(j, "f", "Failed", finished=NOW)], now=NOW, satisfied=False)
+    acts = [(type(a).__name__, a.ref.name) for a in s.plan.actions[: s.tracking_from] if isinstance(a, Patch | Delete)]
+    assert acts == [("Delete", "r")] and s.expect_deletions == []
+    suspended = job(3, 2, suspend=True)
+    s = jc.sync(suspended, [jpod(suspended, "a")], now=NOW)
+    acts = [(type(a).__name__, a.ref.name) for a in s.plan.actions[: s.tracking_from] if isinstance(a, Patch | Delete)]
+    assert acts == [("Patch", "a"), ("Delete", "a")] and s.expect_deletions == ["default/a"]
+
+
+def test_uncounted_pods_whose_finalizer_removal_is_expected_are_counted() -> None:
+    """cleanUncountedPodsWithoutFinalizers: a uid whose removal was sent counts as without finalizer."""
+    j = job(3, 1)
+    done = jpod(j, "d", "Succeeded", finished=NOW - 5)
+    j["status"]["uncountedTerminatedPods"] = {"succeeded": [done["metadata"]["uid"]]}
+    s = jc.sync(j, [done, jpod(j, "r")], now=NOW, expected_removed=frozenset({done["metadata"]["uid"]}))
+    st = final_status(s)
+    assert st["succeeded"] == 1 and st["uncountedTerminatedPods"] == {"succeeded": None, "failed": None}
+    assert s.expect_finalizer_removals == []   # not patched twice
+    # a crash after the finalizer came off and before the counters were written: counted on the next sync
+    released = jpod(j, "d", "Succeeded", finished=NOW - 5, fin=False)
+    j["status"]["uncountedTerminatedPods"] = {"succeeded": [released["metadata"]["uid"]]}
+    st = final_status(jc.sync(j, [released, jpod(j, "r")], now=NOW))
+    assert st["succeeded"] == 1 and st["uncountedTerminatedPods"] == {"succeeded": None, "failed": None}
+
+
+def test_empty_uncounted_lists_are_omitted_as_the_api_serializes_them() -> None:
+    j = job(3, 1, status={"startTime": ts(NOW - 60)})
+    (u,) = jc.sync(j, [], now=NOW).plan.of_type(UpdateStatus)
+    assert u.obj["status"]["uncountedTerminatedPods"] == {}
+
+
+@pytest.mark.parametrize(("owner", "job_state", "removed"), [
+    (None, None, True),                                              # released, or the collector dropped the reference
+    ("Job", None, True),                                             # its Job is gone
+    ("Job", "finished", True),                                       # its Job is finished: syncJob will not remove it
+    ("Job", "running", False),                                       # ours, running: syncJob's business
+    ("ReplicaSet", None, False),                                     # not a Job's pod: not ours to touch
+])
+def test_orphan_pod_finalizer(owner, job_state, removed) -> None:
+    j = job(status={"conditions": [{"type": "Complete", "status": "True"}]} if job_state == "finished" else None)
+    p = jpod(j, "p", "Succeeded")
+    if owner is None:
+        p["metadata"].pop("ownerReferences")
+    elif owner == "ReplicaSet":
+        p["metadata"]["ownerReferences"][0].update(apiVersion="apps/v1", kind="ReplicaSet")
+    plan = jc.orphan_pod_plan(p, j if job_state else None)
+    assert [a.patch for a in plan.of_type(Patch)] == ([{"metadata": {"$deleteFromPrimitiveList/finalizers": FIN}}]
+                                                      if removed else [])
+    p["metadata"].pop("finalizers")
+    assert jc.orphan_pod_plan(p, None).actions == []

@@ -38,7 +38,7 @@ NEXT_SCHEDULE_DELTA = 0.1
 Obj = Mapping[str, Any]
 
 
-def _finished(job: Obj) -> str | None:
+def finished(job: Obj) -> str | None:
     for c in status(job).get("conditions") or []:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
             return str(c["type"])
@@ -134,7 +134,7 @@ def sync(cj: Obj, jobs: Sequence[Obj], *, now: float) -> Plan:
     by_uid = {uid(j): j for j in jobs}
     for j in jobs:
         found = any(a.get("uid") == uid(j) for a in active)
-        fin = _finished(j)
+        fin = finished(j)
         if not found and fin is None:
             plan.add(
                 Event(
@@ -272,8 +272,8 @@ def _cleanup(cj: Obj, st: dict[str, Any], jobs: Sequence[Obj], plan: Plan, ref: 
     for limit, kind in ((succ_limit, "Complete"), (fail_limit, "Failed")):
         if limit is None:
             continue
-        finished = sorted((j for j in jobs if _finished(j) == kind), key=cmp_to_key(_by_start))
-        for j in finished[: max(0, len(finished) - int_field(limit))]:
+        done = sorted((j for j in jobs if finished(j) == kind), key=cmp_to_key(_by_start))
+        for j in done[: max(0, len(done) - int_field(limit))]:
             plan.add(Delete(ObjectRef.of(j, "batch/v1", "Job"), propagation="Background", reason="HistoryLimit"))
             plan.add(Event(ref, "Normal", "SuccessfulDelete", f"Deleted job {name(j)}"))
             st["active"] = [a for a in st.get("active") or [] if a.get("uid") != uid(j)]

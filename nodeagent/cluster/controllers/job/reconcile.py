@@ -34,6 +34,7 @@ from nodeagent.cluster.controllers.common.actions import (
 )
 from nodeagent.cluster.controllers.common.meta import (
     being_deleted,
+    controller_ref,
     finalizers,
     format_time,
     int_field,
@@ -95,15 +96,16 @@ class JobSync:
     plan: Plan
     backoff: backoff.BackoffRecord
     expect_creations: int = 0
-    expect_deletions: int = 0
+    expect_deletions: list[str] = field(default_factory=list)  # pod keys (manageJob's deletes only)
     expect_finalizer_removals: list[str] = field(default_factory=list)  # pod uids
+    tracking_from: int = 0  # plan.actions[tracking_from:] track the status (run even when managing failed)
 
 
 def _has_finalizer(pod: Obj) -> bool:
     return TRACKING_FINALIZER in finalizers(pod)
 
 
-def _remove_finalizer_patch(pod: Obj) -> Patch:
+def remove_finalizer_patch(pod: Obj) -> Patch:
     return Patch(
         ObjectRef.of(pod, "v1", "Pod"),
         {"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING_FINALIZER]}},
@@ -252,6 +254,7 @@ def sync(
     ready = sum(1 for p in active if is_ready(p))
     n_active = len(active)
     deletes: list[Obj] = []
+    managed = False  # manageJob's deletes (expected, finalizer first) vs deleteActivePods' (finalizers kept)
     if finished is not None:
         deletes = list(active)
         if not satisfied:
@@ -260,6 +263,7 @@ def sync(
         deletes, creates, wait = _manage(
             job, active, pods, succeeded, succ_indexes, terminating, out.backoff, now, default_backoff, max_backoff
         )
+        managed = True
         if wait > 0:
             plan.requeue(wait)
         if creates:
@@ -293,16 +297,18 @@ def sync(
                 plan.add(Event(ref, "Normal", "Resumed", "Job resumed"))
                 new_status["startTime"] = format_time(now)
     for p in deletes[:MAX_POD_CREATE_DELETE_PER_SYNC]:
-        if _has_finalizer(p) and finished is None:
-            plan.add(_remove_finalizer_patch(p))
+        if managed:
+            if _has_finalizer(p):
+                plan.add(remove_finalizer_patch(p))
+            out.expect_deletions.append(key(p))
         plan.add(Delete(ObjectRef.of(p, "v1", "Pod"), reason="SuccessfulDelete"))
-        out.expect_deletions += 1
         n_active -= 1
         terminating += 1
         ready -= int(is_ready(p))
     new_status.update(active=n_active, ready=ready, terminating=terminating)
 
     # ---- tracking: uncounted first, then finalizers, then counters ----
+    out.tracking_from = len(plan.actions)
     to_unfinalize: list[Obj] = []
     new_succ_idx: list[int] = []
     for p in pods:
@@ -348,25 +354,29 @@ def sync(
             )
         else:
             final = finished
-    unc["succeeded"], unc["failed"] = sorted(unc_succ), sorted(unc_fail)
+    _set_uncounted(unc, sorted(unc_succ), sorted(unc_fail))
     if new_status != dict(st0):
         obj = {**copy.deepcopy(dict(job)), "status": new_status}
         plan.add(UpdateStatus(obj, reason="JobTracking"))
     for p in to_unfinalize:
-        plan.add(_remove_finalizer_patch(p))
+        plan.add(remove_finalizer_patch(p))
         out.expect_finalizer_removals.append(uid(p))
-    if to_unfinalize or final is not None:
+    with_finalizer = {uid(p) for p in pods if _has_finalizer(p) and uid(p) not in expected_removed}
+    # cleanUncountedPodsWithoutFinalizers: an uncounted uid whose pod has no finalizer left (removed
+    # before a crash, or gone) moves to the counters even when nothing else is to be done
+    released = any(u not in with_finalizer for u in [*(unc.get("succeeded") or []), *(unc.get("failed") or [])])
+    if to_unfinalize or final is not None or released:
         flushed = copy.deepcopy(new_status)
         removed = {uid(p) for p in to_unfinalize}
         fu = flushed["uncountedTerminatedPods"]
-        moved_s = [u for u in fu["succeeded"] if u in removed or u not in {uid(p) for p in pods if _has_finalizer(p)}]
-        moved_f = [u for u in fu["failed"] if u in removed or u not in {uid(p) for p in pods if _has_finalizer(p)}]
+        fs, ff = list(fu.get("succeeded") or []), list(fu.get("failed") or [])
+        moved_s = [u for u in fs if u in removed or u not in with_finalizer]
+        moved_f = [u for u in ff if u in removed or u not in with_finalizer]
         if not indexed:
             flushed["succeeded"] = int_field(flushed.get("succeeded")) + len(moved_s)
         flushed["failed"] = int_field(flushed.get("failed")) + len(moved_f)
-        fu["succeeded"] = [u for u in fu["succeeded"] if u not in moved_s]
-        fu["failed"] = [u for u in fu["failed"] if u not in moved_f]
-        if final is not None and not fu["succeeded"] and not fu["failed"] and terminating == 0:
+        _set_uncounted(fu, [u for u in fs if u not in moved_s], [u for u in ff if u not in moved_f])
+        if final is not None and not fu and terminating == 0:
             flushed["conditions"], _ = conditions.ensure_job_condition(
                 flushed.get("conditions"), final["type"], "True", final.get("reason", ""), final.get("message", ""), now
             )
@@ -376,8 +386,20 @@ def sync(
             else:
                 plan.add(Event(ref, "Warning", final.get("reason", ""), final.get("message", "")))
         if flushed != new_status:
-            plan.add(Patch(ref, {"status": flushed}, "merge", subresource="status", reason="JobTracking"))
+            # a JSON merge patch: an emptied uid list must be sent as null to be removed
+            uncounted = {"succeeded": fu.get("succeeded"), "failed": fu.get("failed")}
+            body = {**flushed, "uncountedTerminatedPods": uncounted}
+            plan.add(Patch(ref, {"status": body}, "merge", subresource="status", reason="JobTracking"))
     return out
+
+
+def _set_uncounted(unc: dict[str, Any], succeeded: list[str], failed: list[str]) -> None:
+    """uncountedTerminatedPods as the API serializes it: empty lists omitted (omitempty)."""
+    unc.clear()
+    if succeeded:
+        unc["succeeded"] = succeeded
+    if failed:
+        unc["failed"] = failed
 
 
 def _past_backoff_on_failure(job: Obj, pods: Sequence[Obj], limit: int) -> bool:
@@ -443,3 +465,19 @@ def _manage(
 
 def job_key(job: Obj) -> str:
     return key(job)
+
+
+def orphan_pod_plan(pod: Obj, job: Obj | None) -> Plan:
+    """syncOrphanPod: the tracking finalizer comes off a pod no unfinished Job of ours controls (its
+    Job gone, finished, or the ownerReference removed by the garbage collector); a pod controlled
+    by something other than a batch/v1 Job keeps it."""
+    plan = Plan()
+    ref = controller_ref(pod)
+    if ref is not None:
+        if ref.get("kind") != KIND or ref.get("apiVersion") != API_VERSION:
+            return plan
+        if job is not None and uid(job) == str(ref.get("uid") or "") and not is_finished(job):
+            return plan
+    if _has_finalizer(pod):
+        plan.add(remove_finalizer_patch(pod))
+    return plan

@@ -40,8 +40,10 @@ class Controller:
 
     @staticmethod
     def owner_key(owners: Informer, kind: str, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        """resolveControllerRef: the key of the `kind` (apps/*) in `owners`' cache with the referenced uid."""
-        if ref is None or ref.get("kind") != kind or not str(ref.get("apiVersion", "")).startswith("apps/"):
+        """resolveControllerRef: the key of the `kind` (of `owners`' API group) in `owners`' cache with
+        the referenced uid."""
+        group = owners.api_version.rpartition("/")[0]
+        if ref is None or ref.get("kind") != kind or str(ref.get("apiVersion", "")).rpartition("/")[0] != group:
             return None
         k = f"{ns}/{ref.get('name')}"
         owner = owners.get(k)

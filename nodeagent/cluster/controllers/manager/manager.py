@@ -15,16 +15,18 @@ from collections.abc import Callable, Collection
 import structlog
 
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
+from nodeagent.cluster.controllers.manager.cronjob import CronJobController
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
 from nodeagent.cluster.controllers.manager.informer import Informer
+from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFinishedController
 from nodeagent.cluster.controllers.manager.loop import Controller
 from nodeagent.cluster.controllers.manager.replicaset import ReplicaSetController
 from nodeagent.core.clock import Clock
 
 log = structlog.get_logger(__name__)
 
-CONTROLLERS = ("replicaset", "deployment", "garbagecollector")
+CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -40,6 +42,9 @@ COMPONENTS = {
     "replicaset": "replicaset-controller",
     "deployment": "deployment-controller",
     "garbagecollector": "garbage-collector-controller",
+    "job": "job-controller",
+    "cronjob": "cronjob-controller",
+    "ttl-after-finished": "ttl-after-finished-controller",
 }
 
 
@@ -67,6 +72,19 @@ class ControllerManager:
             self.gc = GarbageCollector(clock, client, recorder(COMPONENTS["garbagecollector"]),
                                        [self.informer(av, k) for av, k in GC_KINDS])
             self.controllers.append(self.gc)
+        if "job" in enabled:
+            self.job = JobController(clock, client, recorder(COMPONENTS["job"]),
+                                     jobs=self.informer("batch/v1", "Job"), pods=self.informer("v1", "Pod"))
+            self.controllers.append(self.job)
+        if "cronjob" in enabled:
+            self.cronjob = CronJobController(clock, client, recorder(COMPONENTS["cronjob"]),
+                                             cronjobs=self.informer("batch/v1", "CronJob"),
+                                             jobs=self.informer("batch/v1", "Job"))
+            self.controllers.append(self.cronjob)
+        if "ttl-after-finished" in enabled:
+            self.ttl = TTLAfterFinishedController(clock, client, recorder(COMPONENTS["ttl-after-finished"]),
+                                                  jobs=self.informer("batch/v1", "Job"))
+            self.controllers.append(self.ttl)
 
     def informer(self, api_version: str, kind: str) -> Informer:
         """The shared informer of a kind (made on first ask)."""

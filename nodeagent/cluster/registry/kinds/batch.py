@@ -1,4 +1,4 @@
-"""batch/v1: Job and CronJob (stored objects only; the controllers are wired later).
+"""batch/v1: Job and CronJob (their controllers: controllers/manager/job.py and cronjob.py).
 
 Defaults follow pkg/apis/batch/v1/defaults.go: a Job gets completions and parallelism 1 when
 neither is set, backoffLimit 6, completionMode NonIndexed, suspend false and a
