@@ -9,7 +9,6 @@ copies the Binding's annotations, as upstream's assignPod does.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from nodeagent.cluster.registry import errors
@@ -17,6 +16,7 @@ from nodeagent.cluster.registry.options import Context
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.registry.strategy import Obj
 from nodeagent.core.errors import FieldError
+from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.names import dns1123_subdomain_errors, invalid
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.core.wellknown import POD_SCHEDULED
@@ -68,7 +68,7 @@ async def bind(pods: GenericStore, namespace: str, name: str, body: Any, ctx: Co
         if spec.get("nodeName"):
             raise errors.conflict("pods/binding", "", name,
                                   f'pod {name} is already assigned to node "{spec["nodeName"]}"')
-        new = copy.deepcopy(old)
+        new = json_copy(old)
         new["spec"]["nodeName"] = node
         if annotations:
             new["metadata"]["annotations"] = {**(meta.get("annotations") or {}), **annotations}

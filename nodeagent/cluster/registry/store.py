@@ -15,7 +15,6 @@ garbage collector, graceful deletion where the strategy asks for it (pods), dryR
 from __future__ import annotations
 
 import builtins
-import copy
 import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -69,6 +68,7 @@ from nodeagent.cluster.storage.interface import (
 )
 from nodeagent.core.clock import Clock
 from nodeagent.core.errors import FieldError
+from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.timefmt import rfc3339
 
 log = structlog.get_logger(__name__)
@@ -175,7 +175,7 @@ class GenericStore:
         if not isinstance(obj, dict):
             raise errors.bad_request(f"the body of the request must be a {self.info.kind} object")
         self._check_kind(obj)
-        body: Obj = {str(k): copy.deepcopy(v) for k, v in obj.items()}
+        body: Obj = {str(k): json_copy(v) for k, v in obj.items()}
         obj = body
         meta = obj.get("metadata")
         if meta is None:
@@ -450,7 +450,7 @@ class GenericStore:
         precondition = new["metadata"].get("resourceVersion") or ""
         if precondition:
             parse_resource_version(precondition)
-        return await self._update(namespace, name, lambda old: copy.deepcopy(new), ctx, precondition=precondition,
+        return await self._update(namespace, name, lambda old: json_copy(new), ctx, precondition=precondition,
                                   subresource=subresource)
 
     async def guaranteed_update(self, namespace: str | None, name: str, mutate: Callable[[Obj], Obj], ctx: Context,
@@ -476,7 +476,7 @@ class GenericStore:
                 if not can_create or subresource:
                     raise self._not_found(name)
                 new = mutate(None)
-                body = copy.deepcopy(new)
+                body = json_copy(new)
                 body["metadata"].pop("resourceVersion", None)
                 saved, ctx.field_validation = ctx.field_validation, "Ignore"  # checked once already
                 try:
@@ -626,7 +626,7 @@ class GenericStore:
                                       f"{opts.resource_version}, ResourceVersion in object meta: "
                                       f"{meta.get('resourceVersion')}")
             await self._admit("DELETE", obj, obj, ctx)
-            new = copy.deepcopy(obj)
+            new = json_copy(obj)
             nmeta = new["metadata"]
             finalizers = list(nmeta.get("finalizers") or [])
             policy = opts.propagation_policy or ("Orphan" if opts.orphan_dependents else None)

@@ -9,13 +9,13 @@ the stored one). Strategies are pure: objects in, objects or FieldErrors out.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.table import DEFAULT_COLUMNS, Column, name_age
 from nodeagent.core.errors import FieldError
+from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.names import (
     dns1123_label_errors,
     dns1123_subdomain_errors,
@@ -149,13 +149,13 @@ class Strategy:
         """A spec update: the status stays as it was."""
         if self.has_status:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = json_copy(old["status"])
             else:
                 new.pop("status", None)
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
         """A status update: everything but status (and labels/annotations/owners/finalizers) stays."""
-        out = copy.deepcopy(old)
+        out = json_copy(old)
         if "status" in new:
             out["status"] = new["status"]
         else:
