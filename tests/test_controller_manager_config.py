@@ -9,7 +9,7 @@ from nodeagent.cluster.serverconfig import parse_server_config
 from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
-ALL = ["replicaset", "deployment", "garbagecollector"]
+ALL = ["replicaset", "deployment", "garbagecollector", "daemonset", "nodelifecycle"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -17,7 +17,7 @@ ALL = ["replicaset", "deployment", "garbagecollector"]
     (["*"], ALL),
     ([], []),
     (["replicaset"], ["replicaset"]),
-    (["*", "-garbagecollector"], ["replicaset", "deployment"]),
+    (["*", "-garbagecollector"], ["replicaset", "deployment", "daemonset", "nodelifecycle"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
 ])
@@ -36,5 +36,5 @@ def test_manager_builds_only_what_is_enabled() -> None:
     m = ControllerManager(client=None, clock=FakeClock(), enabled=["replicaset"])  # type: ignore[arg-type]
     assert [c.name for c in m.controllers] == ["replicaset"]
     assert sorted(k for _, k in m.informers) == ["Pod", "ReplicaSet"]
-    with pytest.raises(ValueError, match="unknown controllers: daemonset"):
-        ControllerManager(client=None, clock=FakeClock(), enabled=["daemonset"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown controllers: statefulset"):
+        ControllerManager(client=None, clock=FakeClock(), enabled=["statefulset"])  # type: ignore[arg-type]
