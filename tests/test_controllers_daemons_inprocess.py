@@ -286,8 +286,13 @@ async def test_unrenewed_lease_taints_evicts_rate_limited_and_recovers(env: tupl
     assert nlc.zone_states == {":\x00:a": "Normal", ":\x00:b": "PartialDisruption"}
     await tick(5)
     assert (await state("a1"))[1] == {"unreachable:NoSchedule"}
-    await tick(5)  # 10 s after the first: the second token
+    clock.advance(4)  # 9 s after the first; no monitor pass, the tainting key alone (every 0.1 s)
+    await settle(reg, mgr, nlc)
+    assert (await state("a1"))[1] == {"unreachable:NoSchedule"}
+    clock.advance(1.5)  # past 10 s: the second token, taken between two monitor passes
+    await settle(reg, mgr, nlc)
     assert (await state("a1"))[1] == {"unreachable:NoExecute", "unreachable:NoSchedule"}
+    await tick(0)
     await tick(100)
     for b in ("b0", "b1", "b2"):
         assert (await state(b)) == ("Unknown", {"unreachable:NoSchedule"})

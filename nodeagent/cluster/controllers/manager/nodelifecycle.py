@@ -1,14 +1,14 @@
 """The node lifecycle controller's thin loop (node_lifecycle_controller.go and the taint eviction
 controller around the pure core in nodelifecycle/).
 
-Two kinds of key. The monitor key (monitorNodeHealth, every nodeMonitorPeriod) reads every node
+Three kinds of key. The monitor key (monitorNodeHealth, every nodeMonitorPeriod) reads every node
 and its Lease in kube-node-lease: a node neither renewing its Lease nor posting status within the
 grace period gets Ready (and the pressure conditions) Unknown and its pods NotReady; a not-ready
 or unreachable node is queued in its zone for the NoExecute taint, which a per-zone token bucket
-lets through at the rate the zone's state allows (doNoExecuteTaintingPass, run at the end of each
-pass); a Ready node loses the taint. A node's own key (a node or pod event) sets the NoSchedule
-condition taints and evicts the pods whose tolerations of the node's NoExecute taints ran out,
-requeued for the next one due.
+lets through at the rate the zone's state allows (doNoExecuteTaintingPass: at the end of each pass,
+then on its own key every 100 ms while a queue holds nodes); a Ready node loses the taint. A
+node's own key (a node or pod event) sets the NoSchedule condition taints and evicts the pods
+whose tolerations of the node's NoExecute taints ran out, requeued for the next one due.
 
 The probe times, zone states and queues are this loop's memory, as upstream's: a restart starts
 the grace periods over, never shortening them.
@@ -36,6 +36,8 @@ from nodeagent.core.clock import Clock
 log = structlog.get_logger(__name__)
 Obj = Mapping[str, Any]
 MONITOR_KEY = "<monitor>"  # never a node's name (not a DNS subdomain)
+TAINT_KEY = "<no-execute-tainting>"
+NODE_EVICTION_PERIOD = 0.1  # scheduler.NodeEvictionPeriod: how often the tainting queues are tried
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
@@ -85,7 +87,12 @@ class NodeLifecycleController(Controller):
     async def sync(self, k: str) -> float | None:
         if k == MONITOR_KEY:
             await self.monitor()
+            if any(q.queue for q in self.queues.values()):
+                self.enqueue(TAINT_KEY)
             return self.settings.monitor_period
+        if k == TAINT_KEY:
+            await self._taint_due({name(n): n for n in self.nodes.items()}, self.clock.wall())
+            return NODE_EVICTION_PERIOD if any(q.queue for q in self.queues.values()) else None
         return await self._sync_node(k)
 
     def _pods_on(self, node_name: str) -> list[Obj]:
