@@ -121,9 +121,9 @@ class DaemonSetController(Controller):
                 self.enqueue(key(ds))
 
     def _node_deleted(self, node: Obj) -> None:
-        """deleteNode: the DaemonSets that ran a pod there (their pinned pending pods must go)."""
+        """deleteNode: the DaemonSets that may have a pod there (their pinned pending pods must go)."""
         for ds in self.dss.items():
-            if placement.should_run(node, ds)[0]:
+            if any(placement.should_run(node, ds)):
                 self.enqueue(key(ds))
 
     def _rev_changed(self, rev: Obj) -> None:
