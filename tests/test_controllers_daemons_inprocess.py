@@ -172,9 +172,17 @@ async def test_daemonset_follows_nodes_joining_changing_and_leaving(env: tuple[R
     await settle(reg, mgr, dsc)
     assert sorted(placed(await pods(reg))) == ["n1", "n2", "n3", "n5", "n6"]
 
+    n6 = await nodes.get(None, "n6")  # an untolerated NoExecute taint: the running pod goes too
+    await nodes.update(None, "n6", {**n6, "spec": {"taints": [{"key": "maint", "effect": "NoExecute"}]}}, ctx())
+    await settle(reg, mgr, dsc)
+    assert sorted(placed(await pods(reg))) == ["n1", "n2", "n3", "n5"]
+    n4 = await nodes.get(None, "n4")  # an untolerated NoSchedule taint lifted: a pod comes
+    await nodes.update(None, "n4", {**n4, "spec": {}}, ctx())
+    await settle(reg, mgr, dsc)
+    assert sorted(placed(await pods(reg))) == ["n1", "n2", "n3", "n4", "n5"]
     await nodes.delete(None, "n2", DeleteOptions(), ctx())  # leaves: its pinned, unbound pod goes
     await settle(reg, mgr, dsc)
-    assert sorted(placed(await pods(reg))) == ["n1", "n3", "n5", "n6"]
+    assert sorted(placed(await pods(reg))) == ["n1", "n3", "n4", "n5"]
     status = (await reg.resource("apps", "v1", "daemonsets").get("default", "agent"))["status"]
     assert (status["desiredNumberScheduled"], status["currentNumberScheduled"], status["numberMisscheduled"],
             status["numberReady"], status["updatedNumberScheduled"]) == (4, 4, 0, 0, 4)
