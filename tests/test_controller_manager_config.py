@@ -9,7 +9,8 @@ from nodeagent.cluster.serverconfig import parse_server_config
 from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
-ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished"]
+ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished", "daemonset",
+       "nodelifecycle"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -17,7 +18,8 @@ ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-af
     (["*"], ALL),
     ([], []),
     (["replicaset"], ["replicaset"]),
-    (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished"]),
+    (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished", "daemonset",
+                                  "nodelifecycle"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
     (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),
@@ -40,5 +42,5 @@ def test_manager_builds_only_what_is_enabled() -> None:
     m = ControllerManager(client=None, clock=FakeClock(), enabled=["job", "cronjob", "ttl-after-finished"])  # type: ignore[arg-type]
     assert [c.name for c in m.controllers] == ["job", "cronjob", "ttl-after-finished"]
     assert sorted(k for _, k in m.informers) == ["CronJob", "Job", "Pod"]  # shared: one Job informer for three
-    with pytest.raises(ValueError, match="unknown controllers: daemonset"):
-        ControllerManager(client=None, clock=FakeClock(), enabled=["daemonset"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown controllers: statefulset"):
+        ControllerManager(client=None, clock=FakeClock(), enabled=["statefulset"])  # type: ignore[arg-type]

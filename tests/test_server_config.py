@@ -15,6 +15,10 @@ def test_defaults() -> None:
     c = parse_server_config({}, "t")
     assert (c.address, c.port, c.storage.backend, c.compaction_interval) == ("127.0.0.1", 6443, "sqlite", 300.0)
     assert c.url == "http://127.0.0.1:6443" and c.security is None
+    nl = c.node_lifecycle.settings()  # kube-controller-manager's defaults (grace period 50 s since 1.32)
+    assert (nl.monitor_grace, nl.startup_grace, nl.monitor_period) == (50.0, 60.0, 5.0)
+    assert (nl.rates.eviction, nl.rates.secondary, nl.rates.unhealthy_threshold, nl.rates.large_cluster) == (
+        0.1, 0.01, 0.55, 50)
 
 
 @pytest.mark.parametrize(("data", "problem"), [
@@ -24,6 +28,9 @@ def test_defaults() -> None:
     ({"storage": {"path": "relative.db"}}, "must be an absolute path"),
     ({"compactionInterval": "0s"}, "must be positive"),
     ({"security": {"authorizationMode": ["RBAC", "RBAC"]}}, "specified more than once"),
+    ({"nodeLifecycle": {"nodeMonitorGracePeriod": "0s"}}, "nodeLifecycle.nodeMonitorGracePeriod"),
+    ({"nodeLifecycle": {"unhealthyZoneThreshold": 1.5}}, "nodeLifecycle.unhealthyZoneThreshold"),
+    ({"nodeLifecycle": {"nodeEvictionRate": -1}}, "nodeLifecycle.nodeEvictionRate"),
 ])
 def test_problems_name_their_key(data, problem) -> None:
     with pytest.raises(ConfigError) as e:

@@ -185,7 +185,8 @@ class ControlPlane:
             tasks.start(rec.run(), name=f"event-recorder:{component}", forever=True)
             return rec
 
-        manager = self.controllers = ControllerManager(client, self.clock, enabled=enabled, recorder=recorder)
+        manager = self.controllers = ControllerManager(client, self.clock, enabled=enabled, recorder=recorder,
+                                                       node_lifecycle=self.config.node_lifecycle.settings())
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()

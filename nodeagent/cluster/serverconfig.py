@@ -12,6 +12,14 @@
     logging: {level: info, format: auto}
     controllers: ["*"]          # the in-process controller-manager: "*" (all), names, "-name" to leave one out,
                                 # [] for none (kube-controller-manager's --controllers)
+    nodeLifecycle:              # kube-controller-manager's node lifecycle flags, upstream defaults
+      nodeMonitorGracePeriod: 50s       # no Lease renewal nor status for this long: Ready=Unknown
+      nodeStartupGracePeriod: 1m        # the same for a node that never posted Ready
+      nodeMonitorPeriod: 5s
+      nodeEvictionRate: 0.1             # nodes per second tainted NoExecute in a healthy zone
+      secondaryNodeEvictionRate: 0.01   # in a partially disrupted zone (0 below largeClusterSizeThreshold)
+      unhealthyZoneThreshold: 0.55
+      largeClusterSizeThreshold: 50
     security:                   # set: HTTPS with a CA and serving certificate made on first start
       tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
       authorizationMode: [Node, RBAC]
@@ -33,6 +41,8 @@ from pydantic.alias_generators import to_camel
 
 from nodeagent.cluster.auth.config import SecurityConfig
 from nodeagent.cluster.controllers.manager.manager import CONTROLLERS
+from nodeagent.cluster.controllers.manager.nodelifecycle import NodeLifecycleSettings
+from nodeagent.cluster.controllers.nodelifecycle.zones import Rates
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     ConfigError,
@@ -72,6 +82,28 @@ class MetricsScrapeConfig(BaseModel):
     timeout: PositiveDuration = 10.0
 
 
+class NodeLifecycleConfig(BaseModel):
+    """The node lifecycle controller's flags (kube-controller-manager's names); short grace periods
+    let a test watch a node go unreachable without waiting 50 s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    node_monitor_grace_period: PositiveDuration = 50.0  # 50 s since Kubernetes 1.32 (was 40 s)
+    node_startup_grace_period: PositiveDuration = 60.0
+    node_monitor_period: PositiveDuration = 5.0
+    node_eviction_rate: float = Field(default=0.1, ge=0)
+    secondary_node_eviction_rate: float = Field(default=0.01, ge=0)
+    unhealthy_zone_threshold: float = Field(default=0.55, gt=0, le=1)
+    large_cluster_size_threshold: int = Field(default=50, ge=0)
+
+    def settings(self) -> NodeLifecycleSettings:
+        return NodeLifecycleSettings(
+            monitor_grace=self.node_monitor_grace_period, startup_grace=self.node_startup_grace_period,
+            monitor_period=self.node_monitor_period,
+            rates=Rates(self.node_eviction_rate, self.secondary_node_eviction_rate, self.unhealthy_zone_threshold,
+                        self.large_cluster_size_threshold))
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -87,6 +119,7 @@ class ServerConfig(BaseModel):
     metric_resolution: Annotated[PositiveDuration, AfterValidator(_at_least_a_second)] = 15.0
     metrics_scrape: MetricsScrapeConfig = Field(default_factory=MetricsScrapeConfig)
     controllers: tuple[str, ...] = ("*",)
+    node_lifecycle: NodeLifecycleConfig = Field(default_factory=NodeLifecycleConfig)
 
     @model_validator(mode="after")
     def _controllers(self) -> ServerConfig:

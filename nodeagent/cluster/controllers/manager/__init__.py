@@ -6,7 +6,8 @@
     executor          runs a pure core's plan: creates, slow-start bursts, deletes with
                       preconditions, patches, updates, status, events
     loop              the worker loop: sync a key, forget or back off, requeue after
-    replicaset, deployment, garbagecollector, job (with ttl-after-finished), cronjob
+    replicaset, deployment, garbagecollector, job (with ttl-after-finished), cronjob, daemonset,
+    nodelifecycle
                       the thin loops: handlers to keys and expectations, caches to the core's
                       inputs, its plan to the executor
     manager           the informers and controllers of one server, started once the caches listed

@@ -16,17 +16,20 @@ import structlog
 
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.cronjob import CronJobController
+from nodeagent.cluster.controllers.manager.daemonset import DaemonSetController
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
 from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFinishedController
 from nodeagent.cluster.controllers.manager.loop import Controller
+from nodeagent.cluster.controllers.manager.nodelifecycle import NodeLifecycleController, NodeLifecycleSettings
 from nodeagent.cluster.controllers.manager.replicaset import ReplicaSetController
 from nodeagent.core.clock import Clock
 
 log = structlog.get_logger(__name__)
 
-CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished")
+CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished",
+               "daemonset", "nodelifecycle")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -45,12 +48,15 @@ COMPONENTS = {
     "job": "job-controller",
     "cronjob": "cronjob-controller",
     "ttl-after-finished": "ttl-after-finished-controller",
+    "daemonset": "daemonset-controller",
+    "nodelifecycle": "node-controller",
 }
 
 
 class ControllerManager:
     def __init__(self, client: Client, clock: Clock, *, enabled: Collection[str] = CONTROLLERS,
-                 recorder: Callable[[str], Recorder | None] = lambda _component: None) -> None:
+                 recorder: Callable[[str], Recorder | None] = lambda _component: None,
+                 node_lifecycle: NodeLifecycleSettings | None = None) -> None:
         unknown = sorted(set(enabled) - set(CONTROLLERS))
         if unknown:
             raise ValueError(f"unknown controllers: {', '.join(unknown)}")
@@ -68,6 +74,18 @@ class ControllerManager:
                                                    replicasets=self.informer("apps/v1", "ReplicaSet"),
                                                    pods=self.informer("v1", "Pod"))
             self.controllers.append(self.deployment)
+        if "daemonset" in enabled:
+            self.daemonset = DaemonSetController(clock, client, recorder(COMPONENTS["daemonset"]),
+                                                 daemonsets=self.informer("apps/v1", "DaemonSet"),
+                                                 pods=self.informer("v1", "Pod"), nodes=self.informer("v1", "Node"),
+                                                 revisions=self.informer("apps/v1", "ControllerRevision"))
+            self.controllers.append(self.daemonset)
+        if "nodelifecycle" in enabled:
+            self.nodelifecycle = NodeLifecycleController(clock, client, recorder(COMPONENTS["nodelifecycle"]),
+                                                         nodes=self.informer("v1", "Node"),
+                                                         leases=self.informer("coordination.k8s.io/v1", "Lease"),
+                                                         pods=self.informer("v1", "Pod"), settings=node_lifecycle)
+            self.controllers.append(self.nodelifecycle)
         if "garbagecollector" in enabled:
             self.gc = GarbageCollector(clock, client, recorder(COMPONENTS["garbagecollector"]),
                                        [self.informer(av, k) for av, k in GC_KINDS])
