@@ -4,14 +4,17 @@ writes, so this is on the path of every request."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-def json_copy(value: Any) -> Any:
+def json_copy(value: T) -> T:
     """Dicts and lists are copied all the way down; anything else (str, numbers, bool, None, and
     immutable tuples) is shared, as it cannot change."""
+    out: Any = value
     if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_copy(v) for v in value]
-    return value
+        out = {k: json_copy(v) for k, v in value.items()}
+    elif isinstance(value, list):
+        out = [json_copy(v) for v in value]
+    return out  # type: ignore[no-any-return]
