@@ -16,6 +16,7 @@ import structlog
 
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
+from nodeagent.cluster.controllers.manager.disruption import DisruptionController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
 from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.loop import Controller
@@ -24,7 +25,7 @@ from nodeagent.core.clock import Clock
 
 log = structlog.get_logger(__name__)
 
-CONTROLLERS = ("replicaset", "deployment", "garbagecollector")
+CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "disruption")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -40,6 +41,7 @@ COMPONENTS = {
     "replicaset": "replicaset-controller",
     "deployment": "deployment-controller",
     "garbagecollector": "garbage-collector-controller",
+    "disruption": "disruption-controller",
 }
 
 
@@ -67,6 +69,14 @@ class ControllerManager:
             self.gc = GarbageCollector(clock, client, recorder(COMPONENTS["garbagecollector"]),
                                        [self.informer(av, k) for av, k in GC_KINDS])
             self.controllers.append(self.gc)
+        if "disruption" in enabled:
+            self.disruption = DisruptionController(clock, client, recorder(COMPONENTS["disruption"]),
+                                                   pdbs=self.informer("policy/v1", "PodDisruptionBudget"),
+                                                   pods=self.informer("v1", "Pod"),
+                                                   replicasets=self.informer("apps/v1", "ReplicaSet"),
+                                                   deployments=self.informer("apps/v1", "Deployment"),
+                                                   statefulsets=self.informer("apps/v1", "StatefulSet"))
+            self.controllers.append(self.disruption)
 
     def informer(self, api_version: str, kind: str) -> Informer:
         """The shared informer of a kind (made on first ask)."""
