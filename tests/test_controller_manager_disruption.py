@@ -169,3 +169,29 @@ async def test_a_recent_eviction_is_looked_at_again_after_the_deletion_timeout(e
     st = await stored_status(client, mgr, "web")
     assert counts(st) == (2, 1, 2, 1) and "disruptedPods" not in st
     assert len((await client.store("v1", "Pod").list("default", ListOptions())).items) == 2
+
+
+async def test_a_disruption_target_not_followed_by_a_delete_is_reset_after_2_minutes(env: Any) -> None:
+    """syncStalePodDisruption: an eviction marked the pod, but the delete never came."""
+    client, mgr, clock = env
+    p = await ready_pod(client, mgr, "p", None)
+    pods = client.resource("v1", "Pod")
+    marked = await pods.patch("default", "p", {"status": {"conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": rfc3339(clock.wall() - 30)}]}}, "strategic",
+        "status")
+    drained(mgr)
+    mgr.informer("v1", "Pod").apply("MODIFIED", marked)
+    key = "stale-pod:default/p"
+    assert drained(mgr) == []  # not yet: due in 90 s
+    assert await mgr.disruption.sync(key) == pytest.approx(90.0, abs=1.0)
+    clock.advance(91)
+    assert drained(mgr) == [key]
+    assert await mgr.disruption.sync(key) is None
+    got = await pods.get("default", "p")
+    (cond,) = [c for c in got["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+    assert cond["status"] == "False" and cond["lastTransitionTime"] == rfc3339(clock.wall())
+    assert [c["status"] for c in got["status"]["conditions"] if c["type"] == "Ready"] == ["True"]
+    mgr.informer("v1", "Pod").apply("MODIFIED", got)
+    assert await mgr.disruption.sync(key) is None  # nothing more to do
+    assert p["metadata"]["uid"] == got["metadata"]["uid"]

@@ -3,7 +3,8 @@
 unready and terminating pods, recently disrupted pods and their DeletionTimeout, the fail-safe) and
 the eviction subresource's verdict (eviction_test.go: terminal, pending and terminating pods skip
 the budget, several budgets are a 500, a spent budget is a 429 naming it, an unready pod under
-IfHealthyBudget / AlwaysAllow, a stale or broken budget)."""
+IfHealthyBudget / AlwaysAllow, a stale or broken budget), and when a DisruptionTarget condition is
+stale (TestStalePodDisruption)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import pytest
 from controllers_objects import NOW, meta, pod, replicaset, ts
 
-from nodeagent.cluster.controllers.common.actions import Event, UpdateStatus
-from nodeagent.cluster.controllers.disruption import eviction, status
+from nodeagent.cluster.controllers.common.actions import Event, Patch, UpdateStatus
+from nodeagent.cluster.controllers.disruption import eviction, stale, status
 
 SEL = {"matchLabels": {"app": "web"}}
 
@@ -249,3 +250,29 @@ def test_the_disruption_target_condition() -> None:
     assert (cond["status"], cond["reason"], cond["message"]) == ("True", "EvictionByEvictionAPI",
                                                                  "Eviction API: evicting")
     assert eviction.with_disruption_target(marked, NOW + 5)["status"]["conditions"] == marked["status"]["conditions"]
+
+
+def target(status_: str = "True", reason: str = "EvictionByEvictionAPI", since: float = NOW - 30) -> dict[str, Any]:
+    return {"type": "DisruptionTarget", "status": status_, "reason": reason, "lastTransitionTime": ts(since)}
+
+
+@pytest.mark.parametrize(("case", "the_pod", "want"), [
+    ("no condition", pod("p"), None),
+    ("marked 30 s ago: stale in 90 s", pod("p", conditions=[target()]), 90.0),
+    ("marked 3 min ago: stale now", pod("p", conditions=[target(since=NOW - 180)]), 0.0),
+    ("by preemption too", pod("p", conditions=[target(reason="PreemptionByScheduler", since=NOW - 120)]), 0.0),
+    ("already False", pod("p", conditions=[target("False", since=NOW - 600)]), None),
+    ("the kubelet's own is never stale", pod("p", conditions=[target(reason="TerminationByKubelet")]), None),
+    ("being deleted: the disruption is happening", pod("p", conditions=[target()], deleting=NOW + 30), None),
+    ("terminal pods keep it", pod("p", phase="Failed", conditions=[target(since=NOW - 600)]), None),
+])
+def test_stale_disruption_target(case: str, the_pod: dict[str, Any], want: float | None) -> None:
+    assert stale.stale_in(the_pod, NOW) == want, case
+    plan = stale.reset(the_pod, NOW)
+    if want == 0.0:
+        (patch,) = plan.of_type(Patch)
+        assert patch.subresource == "status" and patch.patch["status"]["conditions"] == [
+            {"type": "DisruptionTarget", "status": "False", "lastTransitionTime": ts(NOW)}]
+        assert patch.patch["metadata"]["resourceVersion"] == the_pod["metadata"].get("resourceVersion", "")
+    else:
+        assert plan.of_type(Patch) == [] and plan.requeue_after == want, case

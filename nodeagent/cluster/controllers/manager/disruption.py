@@ -9,6 +9,10 @@ spec.replicas, read uncached as the scale client would), asks the core for the s
 through /status. A sync that could not compute the status writes the fail-safe one
 (disruptionsAllowed 0, DisruptionAllowed=False SyncFailed) and is retried with back-off; a budget
 with pods recently evicted is looked at again when their DeletionTimeout runs out.
+
+Pods with a DisruptionTarget condition not followed by a delete get keys of their own
+(`stale-pod:<ns>/<name>`, upstream's second queue), due when the condition is 2 minutes old; the
+sync sets it back to False (disruption/stale.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from nodeagent.cluster.controllers.common.actions import UpdateStatus
 from nodeagent.cluster.controllers.common.meta import controller_ref, key, labels, name, namespace, spec, uid
 from nodeagent.cluster.controllers.common.selectors import matches
+from nodeagent.cluster.controllers.disruption import stale
 from nodeagent.cluster.controllers.disruption import status as pdbstatus
 from nodeagent.cluster.controllers.manager.client import ApiError, Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
@@ -28,6 +33,7 @@ from nodeagent.core.clock import Clock
 
 Obj = Mapping[str, Any]
 Found = tuple[str, int] | None
+STALE = "stale-pod:"  # the key prefix of a pod whose DisruptionTarget condition may be stale
 
 
 class SyncFailed(Exception):
@@ -55,7 +61,7 @@ class DisruptionController(Controller):
         self.rss, self.deployments, self.statefulsets = replicasets, deployments, statefulsets
         self.executor = Executor(client, recorder, "disruption-controller")
         pdbs.add_handlers(Handlers(self._pdb_changed, lambda _o, n: self._pdb_changed(n), self._pdb_changed))
-        pods.add_handlers(Handlers(self._pod_changed, self._pod_updated, self._pod_changed))
+        pods.add_handlers(Handlers(self._pod_added, self._pod_updated, self._pod_changed))
         for workloads in (replicasets, deployments, statefulsets):
             workloads.add_handlers(Handlers(on_update=self._workload_updated))
 
@@ -69,10 +75,20 @@ class DisruptionController(Controller):
             if matches(spec(pdb).get("selector"), labels(pod)):
                 self.enqueue(key(pdb))
 
+    def _pod_added(self, pod: Obj) -> None:
+        self._pod_changed(pod)
+        self._check_stale(pod)
+
     def _pod_updated(self, old: Obj, new: Obj) -> None:
         self._pod_changed(new)
         if labels(old) != labels(new):
             self._pod_changed(old)
+        self._check_stale(new)
+
+    def _check_stale(self, pod: Obj) -> None:
+        wait = stale.stale_in(pod, self.clock.wall())
+        if wait is not None:
+            self.queue.add_after(STALE + key(pod), wait)
 
     def _workload_updated(self, old: Obj, new: Obj) -> None:
         if _replicas(old) != _replicas(new):
@@ -128,6 +144,8 @@ class DisruptionController(Controller):
 
     # ---- sync ----
     async def sync(self, k: str) -> float | None:
+        if k.startswith(STALE):
+            return await self._sync_stale(k.removeprefix(STALE))
         pdb = self.pdbs.get(k)
         if pdb is None:
             return None
@@ -140,4 +158,13 @@ class DisruptionController(Controller):
             raise outcome.error
         if any(a.reason == "PDBFailSafe" for a in plan.of_type(UpdateStatus)):
             raise SyncFailed(f"PodDisruptionBudget {name(pdb)}: the status could not be computed")
+        return outcome.requeue_after
+
+    async def _sync_stale(self, pod_key: str) -> float | None:
+        pod = self.pods.get(pod_key)
+        if pod is None:
+            return None
+        outcome = await self.executor.run(stale.reset(pod, self.clock.wall()))
+        if outcome.error is not None:
+            raise outcome.error
         return outcome.requeue_after
