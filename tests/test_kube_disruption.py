@@ -202,3 +202,43 @@ def test_eviction_through_the_python_client(server: Server) -> None:
     eventually(lambda: play_kubelet(server, ns, lambda p: True) == 0
                and counts(s := pdb_status(server, ns, "api")) == (3, 2, 3, 1) and not s.get("disruptedPods"),
                what="the budget recounted")
+
+
+def test_preemption_prefers_the_victim_a_budget_allows(server: Server) -> None:
+    """Two equal low-priority pods on two full nodes: without budgets the later-started one would
+    go (rule 5); a budget with no disruption left on it sends the scheduler to the other node."""
+    ns = "preempt-pdb"
+    server.kubectl("create", "namespace", ns)
+
+    def small_node(name: str) -> dict[str, Any]:
+        n = node(name)
+        n["metadata"]["labels"]["pool"] = "preempt"
+        n["status"]["capacity"]["cpu"] = n["status"]["allocatable"]["cpu"] = "1"
+        return n
+
+    def pod(name: str, app: str, **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+                "spec": {"nodeSelector": {"pool": "preempt"}, **spec,
+                         "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                                         "resources": {"requests": {"cpu": "800m"}}}]}}
+
+    def node_of(name: str) -> str:
+        return str(json.loads(server.kubectl("-n", ns, "get", "pod", name, "-o", "json").stdout)["spec"]
+                   .get("nodeName") or "")
+
+    apply(server, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+                   "value": 1000}, small_node("pre-x"), small_node("pre-y"))
+    apply(server, pod("free", "web"))
+    first = eventually(lambda: node_of("free"), what="free scheduled")
+    apply(server, pod("guarded", "db"))  # started later: the one rule 5 would pick
+    assert eventually(lambda: node_of("guarded"), what="guarded scheduled") != first
+    mark_ready(core(server), ns, "guarded")
+    apply(server, pdb("db", ns, 1, "db"))
+    eventually(lambda: counts(pdb_status(server, ns, "db")) == (1, 1, 1, 0), what="the budget allows nothing")
+    apply(server, pod("urgent", "urgent", priorityClassName="urgent"))
+    got = eventually(lambda: (json.loads(server.kubectl("-n", ns, "get", "pod", "urgent", "-o", "json").stdout)
+                              .get("status") or {}).get("nominatedNodeName"), what="a nomination")
+    assert got == first
+    pods = {p["metadata"]["name"]: p for p in items(server, ns, "pods")}
+    assert pods["free"]["metadata"].get("deletionTimestamp")
+    assert not pods["guarded"]["metadata"].get("deletionTimestamp")

@@ -167,7 +167,8 @@ class ControlPlane:
         cache = SchedulerCache()
         pods = registry.resource("", "v1", "pods")
         self.scheduler = Scheduler(pods, cache, recorder, self.clock)
-        for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod)):
+        for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod),
+                          (registry.resource("policy", "v1", "poddisruptionbudgets"), cache.apply_pdb)):
             feed = Feed(gs, apply)
             await feed.relist()
             tasks.start(feed.run(), name=f"scheduler-feed:{gs.info.plural}", forever=True)
