@@ -23,12 +23,49 @@ MEM=${UML_MEM:-1G}
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
 [ -f "$W/.gitignore" ] || printf '*\n' > "$W/.gitignore"
-UML="$W/root/usr/bin/linux.uml"
-if [ ! -x "$UML" ]; then      # ~41 MB .deb, unpacked only, nothing installed
-  (cd "$W" && rm -f user-mode-linux_*.deb \
-     && { apt-get download user-mode-linux 2>/dev/null \
-          || { apt-get update -qq && apt-get download user-mode-linux; }; } \
-     && dpkg -x user-mode-linux_*.deb root) >&2
+# The kernel: Debian 12's user-mode-linux (6.1) where it boots. On hosts whose CPUs have a larger
+# XSAVE area (AVX-512, AMX) 6.1 panics at once ("userspace - ptrace set fp regs failed, errno = 14":
+# it hands the host a fixed-size FP buffer, and the host refuses any size but its own); there the
+# kernel of Debian testing (7.x) is used, which sizes the buffer from the host. It needs glibc >= 2.38,
+# so testing's libc6 is unpacked beside it and named as its interpreter and rpath (patchelf, from
+# Debian 12). Packages come through apt (signatures checked) and are only unpacked, never installed.
+# The choice is made once per work dir, by booting each candidate, and kept in $W/kernel.
+boots() { UML_KERNEL="$1" "$0" true >/dev/null 2>&1; }
+if [ -n "${UML_KERNEL:-}" ]; then
+  UML=$UML_KERNEL
+else
+  exec 9>"$W/.kernel.lock"; flock 9
+  UML=$(cat "$W/kernel" 2>/dev/null || true)
+  if [ -z "$UML" ] || [ ! -x "$UML" ]; then
+    UML=$W/root/usr/bin/linux.uml                       # Debian 12's 6.1 (~41 MB)
+    [ -x "$UML" ] || (cd "$W" && rm -f user-mode-linux_*.deb \
+       && { apt-get download user-mode-linux 2>/dev/null \
+            || { apt-get update -qq && apt-get download user-mode-linux; }; } \
+       && dpkg -x user-mode-linux_*.deb root) >&2
+    if ! boots "$UML"; then
+      T=$W/testing
+      if [ ! -x "$T/linux.uml" ]; then
+        (set -e; mkdir -p "$T/apt/lists/partial" "$T/apt/cache/archives/partial"
+         cd "$T" && rm -f ./*.deb
+         echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian testing main" \
+           > apt/sources.list
+         o="-o Dir::Etc::SourceList=$T/apt/sources.list -o Dir::Etc::SourceParts=/dev/null"
+         o="$o -o Dir::State::Lists=$T/apt/lists -o Dir::Cache=$T/apt/cache"
+         apt-get $o update -qq && apt-get $o download user-mode-linux libc6
+         apt-get download patchelf 2>/dev/null || { apt-get update -qq && apt-get download patchelf; }
+         for deb in ./*.deb; do dpkg -x "$deb" root; done
+         lib=$T/root/usr/lib/x86_64-linux-gnu
+         cp root/usr/bin/linux.uml linux.uml.new
+         root/usr/bin/patchelf --set-interpreter "$lib/ld-linux-x86-64.so.2" --set-rpath "$lib" linux.uml.new
+         mv linux.uml.new linux.uml) >&2
+      fi
+      UML=$T/linux.uml
+      boots "$UML" || { echo "run-in-uml: no UML kernel boots on this host (tried 6.1 and testing's)" >&2; exit 99; }
+    fi
+    echo "$UML" > "$W/kernel"
+    echo "run-in-uml: kernel $UML" >&2
+  fi
+  exec 9>&-
 fi
 [ -x "$UML" ] || { echo "run-in-uml: no $UML (download failed?)" >&2; exit 99; }
 

@@ -10,7 +10,7 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
 ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished", "daemonset",
-       "nodelifecycle"]
+       "nodelifecycle", "disruption"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -18,8 +18,8 @@ ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-af
     (["*"], ALL),
     ([], []),
     (["replicaset"], ["replicaset"]),
-    (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished", "daemonset",
-                                  "nodelifecycle"]),
+    (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished",
+                                  "daemonset", "nodelifecycle", "disruption"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
     (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),

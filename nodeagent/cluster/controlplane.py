@@ -24,6 +24,7 @@ from aiohttp import web
 from nodeagent.cluster.admitters.chain import AdmissionChain
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
+from nodeagent.cluster.apiserver.eviction import add_eviction
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
@@ -115,6 +116,7 @@ class ControlPlane:
                     extra.append(EscalationAdmission(settings.security))
             await self._admission(registry, extra, tasks)
             add_binding(registry, settings)
+            add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
             await self._controller_manager(registry, tasks)
             metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top
@@ -165,7 +167,8 @@ class ControlPlane:
         cache = SchedulerCache()
         pods = registry.resource("", "v1", "pods")
         self.scheduler = Scheduler(pods, cache, recorder, self.clock)
-        for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod)):
+        for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod),
+                          (registry.resource("policy", "v1", "poddisruptionbudgets"), cache.apply_pdb)):
             feed = Feed(gs, apply)
             await feed.relist()
             tasks.start(feed.run(), name=f"scheduler-feed:{gs.info.plural}", forever=True)

@@ -8,10 +8,15 @@ kube-scheduler's DefaultPreemption (PostFilter), with its rules:
 - Victims on a node (SelectVictimsOnNode): remove every lower-priority pod; if the pod still does
   not fit, the node is out; else add them back ("reprieve") from the most important down (higher
   priority, then earlier start), keeping each one with which the pod still fits.
-- Choice of node (pickOneNodeForPreemption): 1 fewest PodDisruptionBudget violations (we have no
-  PDBs), 2 the lowest priority of the most important victim, 3 the smallest sum of victim
-  priorities (each plus 2^31 so negative ones count), 4 the fewest victims, 5 the latest start of
-  the most important victims, 6 the first node.
+- PodDisruptionBudgets (filterPodsWithPDBViolation): walking the potential victims most important
+  first, each budget selecting a pod (same namespace, a non-empty selector, the pod not already in
+  its disruptedPods) loses one allowed disruption; a pod that takes a budget below 0 violates it.
+  The reprieve tries the violating pods first, then the others, so a pod whose eviction the
+  budgets allow is preferred as a victim; violating victims are counted.
+- Choice of node (pickOneNodeForPreemption): 1 fewest PodDisruptionBudget violations, 2 the lowest
+  priority of the most important victim, 3 the smallest sum of victim priorities (each plus 2^31
+  so negative ones count), 4 the fewest victims, 5 the latest start of the most important victims,
+  6 the first node.
 
 Speed (5000 nodes full of low-priority pods): rule 2 is computed for every node at once. The table
 keeps each priority level's summed requests as arrays, so walking the levels below the pod's in
@@ -21,24 +26,48 @@ is exactly the highest victim priority the reprieve ends with (pods above it all
 `max_candidates` nodes of that level: those with the fewest expected victims (shortfall over the
 average size of the removable pods). kube-scheduler likewise dry-runs a sample of the nodes
 (max(100, 10%), from a random offset), so both are exact on rule 2 only where they looked; we look
-at every node for it.
+at every node for it. Rule 1 comes first upstream: when every candidate of that level would
+violate a budget, every node is weighed one by one on all six rules (exact, slower; only then).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from nodeagent.cluster.scheduler.framework import PREEMPT_NEVER, FitError, PodInfo, insufficient
-from nodeagent.cluster.scheduler.node_table import PODS_COL, BoundPod, NodeTable
+from nodeagent.cluster.scheduler.node_table import PODS_COL, BoundPod, NodeTable, importance
+from nodeagent.cluster.scheduler.podspread import label_selector
+from nodeagent.core.selectors import LabelSelector
 
 PRIORITY_OFFSET = 2**31  # math.MaxInt32 + 1, added to every victim's priority in rule 3
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 DEFAULT_MAX_CANDIDATES = 16
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget as preemption weighs it: its namespace, selector (None or empty
+    selects nothing here), disruptionsAllowed and the pods already in its disruptedPods."""
+
+    namespace: str
+    selector: LabelSelector | None
+    allowed: int
+    disrupted: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, pdb: Mapping[str, Any]) -> Budget:
+        meta, spec, status = pdb.get("metadata") or {}, pdb.get("spec") or {}, pdb.get("status") or {}
+        allowed = status.get("disruptionsAllowed")
+        return cls(str(meta.get("namespace") or ""), label_selector(spec.get("selector")),
+                   allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0,
+                   frozenset(status.get("disruptedPods") or ()))
 
 
 @dataclass(frozen=True)
@@ -49,11 +78,12 @@ class Preemption:
     victims: tuple[BoundPod, ...]
 
 
-def preempt(table: NodeTable, pod: PodInfo, failure: FitError,
-            max_candidates: int = DEFAULT_MAX_CANDIDATES) -> Preemption | FitError:
+def preempt(table: NodeTable, pod: PodInfo, failure: FitError, max_candidates: int = DEFAULT_MAX_CANDIDATES,
+            budgets: Sequence[Budget] = ()) -> Preemption | FitError:
     """Pick a node and victims for `pod`, which `failure` (from Framework.schedule, on the table
     as it still is) says fits nowhere; or return `failure` with kube's "preemption: ..."
-    explanation added. The caller evicts the victims and binds (or nominates) the pod."""
+    explanation added. The caller evicts the victims and binds (or nominates) the pod.
+    `budgets`: the cluster's PodDisruptionBudgets (rule 1 and the reprieve order)."""
     filtered = failure.filtered
     if filtered is None or table.n == 0:
         return failure
@@ -83,24 +113,40 @@ def preempt(table: NodeTable, pod: PodInfo, failure: FitError,
     for above in (p for p in table.levels if level < p < pod.priority):
         room += table.levels[above][np.ix_(cols, chosen)]
     col_list, val_list = cols.tolist(), vals.tolist()
-    best: tuple[tuple[int, int, int, int], int, list[BoundPod]] | None = None
+    best: tuple[tuple[int, ...], int, list[BoundPod]] | None = None
     for i, node_room in zip(chosen.tolist(), room.T.tolist(), strict=False):
-        victims = _reprieve(table, i, pod.priority, col_list, val_list, node_room)
+        victims, violations = _reprieve(table, i, pod.priority, col_list, val_list, node_room, budgets)
         if not victims:
             return Preemption(table.names[i], ())
-        top = victims[0].priority
-        key = (sum(v.priority + PRIORITY_OFFSET for v in victims), len(victims),
-               -min(v.seq for v in victims if v.priority == top), i)
+        key = _rank(victims, violations, i)
         if best is None or key < best[0]:
             best = (key, i, victims)
     assert best is not None  # `chosen` is never empty: the tier has a row
+    if best[0][0] > 0:  # every candidate violates a budget: weigh every node on all the rules
+        for i in np.flatnonzero(base).tolist():
+            found = _select(table, i, pod.priority, col_list, val_list, budgets)
+            if found is not None and found[0] and (key := _rank(found[0], found[1], i)) < best[0]:
+                best = (key, i, found[0])
     return Preemption(table.names[best[1]], tuple(best[2]))
 
 
-def select_victims(table: NodeTable, i: int, priority: int, cols: list[int],
-                   vals: list[int]) -> list[BoundPod] | None:
+def _rank(victims: list[BoundPod], violations: int, i: int) -> tuple[int, ...]:
+    """pickOneNodeForPreemption's order as a key (smallest wins)."""
+    top = victims[0].priority
+    return (violations, top, sum(v.priority + PRIORITY_OFFSET for v in victims), len(victims),
+            -min(v.seq for v in victims if v.priority == top), i)
+
+
+def select_victims(table: NodeTable, i: int, priority: int, cols: list[int], vals: list[int],
+                   budgets: Sequence[Budget] = ()) -> list[BoundPod] | None:
     """kube's SelectVictimsOnNode for row `i`: the victims, most important first, or None when
     removing every lower-priority pod is not enough."""
+    found = _select(table, i, priority, cols, vals, budgets)
+    return None if found is None else found[0]
+
+
+def _select(table: NodeTable, i: int, priority: int, cols: list[int], vals: list[int],
+            budgets: Sequence[Budget]) -> tuple[list[BoundPod], int] | None:
     room = [int(table.free[c, i]) for c in cols]
     for bp in table.pods[i].values():
         if bp.priority < priority and not bp.critical:
@@ -108,18 +154,43 @@ def select_victims(table: NodeTable, i: int, priority: int, cols: list[int],
                 room[j] += bp.requests.get(c, 0)
     if any(r < v for r, v in zip(room, vals, strict=False)):
         return None
-    return _reprieve(table, i, priority, cols, vals, room)
+    return _reprieve(table, i, priority, cols, vals, room, budgets)
+
+
+def violating(table: NodeTable, pods: Sequence[BoundPod], budgets: Sequence[Budget]) -> set[str]:
+    """filterPodsWithPDBViolation: the keys of the pods (most important first) whose eviction
+    would take a budget below zero."""
+    allowed = [b.allowed for b in budgets]
+    out: set[str] = set()
+    for bp in pods:
+        if bp.label_set < 0:
+            continue
+        namespace, labels = table.set_labels[bp.label_set]
+        if not labels:
+            continue  # a pod without labels matches no budget
+        name = bp.key.split("/", 1)[-1]
+        for j, b in enumerate(budgets):
+            if (b.namespace != namespace or b.selector is None or b.selector.empty
+                    or not b.selector.matches(labels) or name in b.disrupted):
+                continue
+            allowed[j] -= 1
+            if allowed[j] < 0:
+                out.add(bp.key)
+    return out
 
 
 def _reprieve(table: NodeTable, i: int, priority: int, cols: list[int], vals: list[int],
-              room: list[int]) -> list[BoundPod]:
-    """Add the lower-priority pods back, most important first, while the pod still fits;
-    `room` is what is free with all of them gone (enough for the pod)."""
+              room: list[int], budgets: Sequence[Budget] = ()) -> tuple[list[BoundPod], int]:
+    """Add the lower-priority pods back while the pod still fits, those violating a budget first
+    and then the others, each most important first; `room` is what is free with all of them gone
+    (enough for the pod). The victims (most important first) and how many violate a budget."""
     need = [[c, v, r] for c, v, r in zip(cols, vals, room, strict=False)]
+    potential = [bp for bp in table.order[i] if bp.priority < priority and not bp.critical]
+    bad = violating(table, potential, budgets) if budgets else set()
+    if bad:
+        potential = [bp for bp in potential if bp.key in bad] + [bp for bp in potential if bp.key not in bad]
     victims = []
-    for bp in table.order[i]:  # most important first
-        if bp.priority >= priority or bp.critical:
-            continue
+    for bp in potential:
         req = bp.requests
         for item in need:
             if item[2] - req.get(item[0], 0) < item[1]:
@@ -128,7 +199,9 @@ def _reprieve(table: NodeTable, i: int, priority: int, cols: list[int], vals: li
         else:
             for item in need:
                 item[2] -= req.get(item[0], 0)
-    return victims
+    if bad:
+        victims.sort(key=importance)
+    return victims, sum(1 for v in victims if v.key in bad)
 
 
 def _gather(matrix: np.ndarray, cols: np.ndarray, out: np.ndarray) -> np.ndarray:

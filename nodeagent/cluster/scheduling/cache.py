@@ -8,6 +8,7 @@ upstream). A pod of ours without spec.nodeName is pending and handed to `on_pend
 "Assumed" pods are counted on the node the scheduler chose before the binding is written, so
 the next cycle sees the room taken; the watch then confirms (or corrects) them. A preemptor's
 nomination reserves its requests on the nominated node under a key of its own.
+PodDisruptionBudgets (`apply_pdb`) are kept for preemption, which prefers victims they allow.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from nodeagent.cluster.registry.kinds.pods import pod_model
 from nodeagent.cluster.scheduler.framework import PREEMPT_LOWER_PRIORITY, Framework, PodInfo, ScoringConfig
 from nodeagent.cluster.scheduler.node_table import NOMINATED, NodeTable
 from nodeagent.cluster.scheduler.nodes import node_spec_of
+from nodeagent.cluster.scheduler.preemption import Budget
 from nodeagent.core.errors import ValidationErrors
 
 log = structlog.get_logger(__name__)
@@ -98,6 +100,15 @@ class SchedulerCache:
         self.on_pending: Callable[[CachedPod], None] = lambda cp: None
         self.on_change: Callable[[], None] = lambda: None  # room may have appeared
         self.on_gone: Callable[[str], None] = lambda key: None
+        self.budgets: dict[str, Budget] = {}  # PodDisruptionBudgets by namespace/name (preemption)
+
+    # ---- budgets ---------------------------------------------------------------------------------
+    def apply_pdb(self, event_type: str, obj: Obj) -> None:
+        key = pod_key(obj)  # namespace/name
+        if event_type == "DELETED":
+            self.budgets.pop(key, None)
+        else:
+            self.budgets[key] = Budget.of(obj)
 
     # ---- nodes -----------------------------------------------------------------------------------
     def apply_node(self, event_type: str, obj: Obj) -> None:

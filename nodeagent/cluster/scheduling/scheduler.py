@@ -120,7 +120,7 @@ class Scheduler:
             cache.reserve(cp, nominated)  # its victims are still stopping: wait, do not preempt again
             self._requeue(cp.key)
             return
-        choice = preempt(cache.table, cp.info, result)
+        choice = preempt(cache.table, cp.info, result, budgets=tuple(cache.budgets.values()))
         if isinstance(choice, Preemption):
             self._preempt(cp, choice, message)
             return

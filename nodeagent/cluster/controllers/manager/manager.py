@@ -18,6 +18,7 @@ from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.cronjob import CronJobController
 from nodeagent.cluster.controllers.manager.daemonset import DaemonSetController
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
+from nodeagent.cluster.controllers.manager.disruption import DisruptionController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
 from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFinishedController
@@ -29,7 +30,7 @@ from nodeagent.core.clock import Clock
 log = structlog.get_logger(__name__)
 
 CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished",
-               "daemonset", "nodelifecycle")
+               "daemonset", "nodelifecycle", "disruption")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -50,6 +51,7 @@ COMPONENTS = {
     "ttl-after-finished": "ttl-after-finished-controller",
     "daemonset": "daemonset-controller",
     "nodelifecycle": "node-controller",
+    "disruption": "disruption-controller",
 }
 
 
@@ -103,6 +105,14 @@ class ControllerManager:
             self.ttl = TTLAfterFinishedController(clock, client, recorder(COMPONENTS["ttl-after-finished"]),
                                                   jobs=self.informer("batch/v1", "Job"))
             self.controllers.append(self.ttl)
+        if "disruption" in enabled:
+            self.disruption = DisruptionController(clock, client, recorder(COMPONENTS["disruption"]),
+                                                   pdbs=self.informer("policy/v1", "PodDisruptionBudget"),
+                                                   pods=self.informer("v1", "Pod"),
+                                                   replicasets=self.informer("apps/v1", "ReplicaSet"),
+                                                   deployments=self.informer("apps/v1", "Deployment"),
+                                                   statefulsets=self.informer("apps/v1", "StatefulSet"))
+            self.controllers.append(self.disruption)
 
     def informer(self, api_version: str, kind: str) -> Informer:
         """The shared informer of a kind (made on first ask)."""
