@@ -9,7 +9,7 @@ from nodeagent.cluster.serverconfig import parse_server_config
 from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
-ALL = ["replicaset", "deployment", "garbagecollector"]
+ALL = ["replicaset", "deployment", "garbagecollector", "horizontalpodautoscaling"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -17,7 +17,7 @@ ALL = ["replicaset", "deployment", "garbagecollector"]
     (["*"], ALL),
     ([], []),
     (["replicaset"], ["replicaset"]),
-    (["*", "-garbagecollector"], ["replicaset", "deployment"]),
+    (["*", "-garbagecollector"], ["replicaset", "deployment", "horizontalpodautoscaling"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
 ])

