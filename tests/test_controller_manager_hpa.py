@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.hpa.source import container_key
 from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.cluster.controllers.manager.client import ApiError
@@ -96,7 +97,7 @@ class World:
     async def sync(self, name: str = "web") -> dict[str, Any]:
         """One sync of the HPA, its status write fed back to the informer; the stored HPA."""
         after = await self.mgr.horizontal.sync(f"{NS}/{name}")
-        assert after == 15.0  # the next sync is a period later, whatever happened
+        assert after == self.mgr.horizontal.settings.period  # the next sync a period later, whatever happened
         stored = await self.client.resource("autoscaling/v2", "HorizontalPodAutoscaler").get(NS, name)
         self.mgr.informer("autoscaling/v2", "HorizontalPodAutoscaler").apply("MODIFIED", stored)
         return stored
@@ -107,20 +108,33 @@ class World:
         return value
 
 
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
+async def make_world(settings: HorizontalSettings, capacity: int) -> World:
     clock = FakeClock()
-    store = MemoryStore()
-    reg = Registry(store, clock, plugins=plugins(clock))
+    reg = Registry(MemoryStore(), clock, plugins=plugins(clock))
     await reg.ensure_system_namespaces()
     client = RegistryClient(reg)
-    window = SampleWindow(capacity=8, max_gap=2.5)
+    window = SampleWindow(capacity=capacity, max_gap=2.5)
     recorded = Recorded()
     mgr = ControllerManager(client, clock, enabled=["horizontalpodautoscaling"], recorder=lambda _c: recorded,
-                            metrics=window, hpa=HorizontalSettings(metric_window=2.5))
-    yield World(reg, clock, client, mgr, window, recorded)
-    await reg.close()
-    await store.close()
+                            metrics=window, hpa=settings)
+    assert mgr.horizontal.settings.period == (settings.fast.sync_period if settings.fast else settings.sync_period)
+    return World(reg, clock, client, mgr, window, recorded)
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    w = await make_world(HorizontalSettings(metric_window=2.5), 8)
+    yield w
+    await w.reg.close()
+    await w.reg.store.close()
+
+
+@pytest.fixture
+async def fast_world() -> AsyncIterator[World]:
+    w = await make_world(HorizontalSettings(fast=FastConfig()), 40)  # 1 s syncs, 30 s steady windows
+    yield w
+    await w.reg.close()
+    await w.reg.store.close()
 
 
 def conditions(hpa: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -250,3 +264,35 @@ async def test_two_hpas_on_the_same_pods_are_ambiguous(world: World) -> None:
     assert await world.replicas() == 4
     hpas = (await world.reg.resource("autoscaling", "v2", "horizontalpodautoscalers").list(NS, ListOptions())).items
     assert sorted(h["metadata"]["name"] for h in hpas) == ["twin", "web"]
+
+
+async def run_fast(world: World, trace: list[float]) -> list[tuple[int, int]]:
+    """One second of `trace[t]` cores a pod, then a sync, for each t; (t, replicas) at each change."""
+    changes: list[tuple[int, int]] = []
+    for t, cores in enumerate(trace):
+        world.load(cores, seconds=1)
+        await world.sync()
+        replicas = await world.replicas()
+        if not changes or changes[-1][1] != replicas:
+            changes.append((t, replicas))
+        world.pods(replicas)  # the new pods start at once here; they have no samples yet
+    return changes
+
+
+async def test_fast_mode_reacts_to_a_step_within_five_seconds(fast_world: World) -> None:
+    await fast_world.deployment(2)
+    await fast_world.hpa(CPU50)
+    # 40 s on target, then a 3x step at t = 40: 750m a pod (150%) on 2 pods
+    changes = await run_fast(fast_world, [0.25] * 40 + [0.75] * 10)
+    print("fast mode, step at t = 40:", changes)
+    assert changes[0] == (0, 2)
+    first_up = changes[1]
+    assert first_up[1] == 6 and 40 < first_up[0] <= 45, changes  # ceil(2 * 150 / 50), within 5 s of the step
+    assert fast_world.recorded.events[-1][2] == "SuccessfulRescale"
+
+
+async def test_fast_mode_ignores_a_two_second_spike(fast_world: World) -> None:
+    await fast_world.deployment(2)
+    await fast_world.hpa(CPU50)
+    changes = await run_fast(fast_world, [0.25] * 40 + [1.0] * 2 + [0.25] * 20)
+    assert changes == [(0, 2)], changes  # 4 agreeing seconds are needed; a spike of 2 s never scales
