@@ -108,12 +108,12 @@ class World:
         return value
 
 
-async def make_world(settings: HorizontalSettings, capacity: int) -> World:
+async def make_world(settings: HorizontalSettings, capacity: int, max_gap: float = 2.5) -> World:
     clock = FakeClock()
     reg = Registry(MemoryStore(), clock, plugins=plugins(clock))
     await reg.ensure_system_namespaces()
     client = RegistryClient(reg)
-    window = SampleWindow(capacity=capacity, max_gap=2.5)
+    window = SampleWindow(capacity=capacity, max_gap=max_gap)
     recorded = Recorded()
     mgr = ControllerManager(client, clock, enabled=["horizontalpodautoscaling"], recorder=lambda _c: recorded,
                             metrics=window, hpa=settings)
@@ -296,3 +296,27 @@ async def test_fast_mode_ignores_a_two_second_spike(fast_world: World) -> None:
     await fast_world.hpa(CPU50)
     changes = await run_fast(fast_world, [0.25] * 40 + [1.0] * 2 + [0.25] * 20)
     assert changes == [(0, 2)], changes  # 4 agreeing seconds are needed; a spike of 2 s never scales
+
+
+async def test_a_sync_between_two_scrapes_reads_the_last_scraped_rate() -> None:
+    """Upstream's defaults: a scrape every 15 s, read over its 17 s rate window back from the latest
+    sample (metrics-server's last point), whenever the HPA syncs; a sample older than that is gone."""
+    world = await make_world(HorizontalSettings(), 8, max_gap=17.0)  # the scrape's, as the server makes it
+    try:
+        await world.deployment(2)
+        await world.hpa(CPU50)
+        world.load(0.5, seconds=15)  # 100%, sampled every second...
+        for key in list(world.window.keys()):  # ...but a 15 s scrape keeps only its ends
+            first, *_, last = world.window.samples(key)
+            world.window.remove(key)
+            for t, cpu_ns, mem in (first, last):
+                world.window.add(key, t, cpu_ns, mem)
+        world.clock.advance(12.0)  # the HPA syncs 12 s after the scrape
+        hpa = await world.sync()
+        assert await world.replicas() == 4, hpa["status"]
+        world.clock.advance(6.0)  # 18 s after the last scrape: no current value
+        hpa = await world.sync()
+        assert conditions(hpa)["ScalingActive"] == ("False", "FailedGetResourceMetric")
+    finally:
+        await world.reg.close()
+        await world.reg.store.close()

@@ -238,12 +238,13 @@ class ControlPlane:
 
 
 def hpa_settings(config: ServerConfig, metric_window: float) -> HorizontalSettings:
-    """The HPA controller's settings from the config; values are read over the scrape's rate window."""
+    """The HPA controller's settings from the config; values are read over the scrape's rate window,
+    back from a sample at most a scrape (and its slack) old."""
     hpa = config.horizontal_pod_autoscaler
     controller = ControllerConfig(hpa.tolerance, hpa.downscale_stabilization,
                                   CalculatorConfig(hpa.cpu_initialization_period, hpa.initial_readiness_delay))
     fast = FastConfig(down_stabilization=hpa.downscale_stabilization) if hpa.fast else None
-    return HorizontalSettings(hpa.sync_period, controller, metric_window, fast)
+    return HorizontalSettings(hpa.sync_period, controller, metric_window, fast, metric_max_age=metric_window)
 
 
 class Feed:

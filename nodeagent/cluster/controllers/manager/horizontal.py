@@ -43,7 +43,8 @@ log = structlog.get_logger(__name__)
 API_VERSION, KIND = "autoscaling/v2", "HorizontalPodAutoscaler"
 COMPONENT = "horizontal-pod-autoscaler"
 DEFAULT_SYNC_PERIOD = 15.0  # --horizontal-pod-autoscaler-sync-period
-DEFAULT_METRIC_WINDOW = 16.0  # seconds of samples read without a window of the scrape's: one 15 s scrape
+DEFAULT_METRIC_WINDOW = 17.0  # metrics-server's 15 s resolution, plus the scrape's slack
+DEFAULT_METRIC_MAX_AGE = 17.0  # a series' latest sample is at most a scrape (and its slack) old
 
 
 @runtime_checkable
@@ -59,15 +60,17 @@ class Scales(Protocol):
 class HorizontalSettings:
     """kube-controller-manager's --horizontal-pod-autoscaler-* flags, plus the metric source.
 
-    `metric_window`: seconds of samples a pod's usage is read over (the scrape's rate window, so a
-    value is metrics-server's last one). `fast`: the fast first reaction of hpa.fast (its own
-    windows and a sync every `fast.sync_period`), None for upstream's behaviour.
+    `metric_window`: seconds of samples a pod's usage is read over, back from its latest sample no
+    older than `metric_max_age` (the scrape's rate window and resolution: metrics-server's last
+    value). `fast`: the fast first reaction of hpa.fast (its own windows, read back from now, and a
+    sync every `fast.sync_period`), None for upstream's behaviour.
     """
 
     sync_period: float = DEFAULT_SYNC_PERIOD
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     metric_window: float = DEFAULT_METRIC_WINDOW
     fast: FastConfig | None = None
+    metric_max_age: float = DEFAULT_METRIC_MAX_AGE
 
     @property
     def period(self) -> float:
@@ -79,11 +82,66 @@ def _scale(raw: Mapping[str, Any]) -> Scale:
     return Scale(int(spec_.get("replicas") or 0), int(status.get("replicas") or 0), str(status.get("selector") or ""))
 
 
+_PARSED: dict[str, LabelSelector | None] = {}  # scale selectors (strings) parsed once
+
+
 def _selector(text: str) -> LabelSelector | None:
-    try:
-        return parse_label_selector(text)
-    except SelectorError:
-        return None
+    if text not in _PARSED:
+        if len(_PARSED) > 65536:
+            _PARSED.clear()
+        try:
+            _PARSED[text] = parse_label_selector(text)
+        except SelectorError:
+            _PARSED[text] = None
+    return _PARSED[text]
+
+
+class PodIndex:
+    """The pods by (namespace, label, value), fed by the pod informer, so that an HPA's pods are found
+    from its selector's equality requirements rather than by matching every pod of the namespace
+    (1,000 HPAs over 3,000 pods of one namespace: a few thousand matches a round, not millions)."""
+
+    def __init__(self, pods: Informer) -> None:
+        self.pods = pods
+        self._by_label: dict[tuple[str, str, str], set[str]] = {}
+        pods.add_handlers(Handlers(self._add, self._update, self._remove))
+        for pod in pods.items():
+            self._add(pod)
+
+    def _add(self, pod: Mapping[str, Any]) -> None:
+        k, ns = key(pod), namespace(pod)
+        for label, value in labels(pod).items():
+            self._by_label.setdefault((ns, label, value), set()).add(k)
+
+    def _remove(self, pod: Mapping[str, Any]) -> None:
+        k, ns = key(pod), namespace(pod)
+        for label, value in labels(pod).items():
+            keys = self._by_label.get((ns, label, value))
+            if keys is not None:
+                keys.discard(k)
+                if not keys:
+                    del self._by_label[(ns, label, value)]
+
+    def _update(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+        if labels(old) != labels(new):
+            self._remove(old)
+            self._add(new)
+
+    def select(self, ns: str, selector: LabelSelector) -> list[Mapping[str, Any]]:
+        """The pods of `ns` the selector matches."""
+        candidates: set[str] | None = None
+        for r in selector.requirements:
+            if r.operator in ("=", "==", "in"):
+                found: set[str] = set()
+                for v in r.values:
+                    found |= self._by_label.get((ns, r.key, v), set())
+                if candidates is None or len(found) < len(candidates):
+                    candidates = found
+        if candidates is None:  # no equality: every pod of the namespace is a candidate
+            pool = self.pods.in_namespace(ns)
+        else:
+            pool = [p for k in sorted(candidates) if (p := self.pods.get(k)) is not None]
+        return [p for p in pool if selector.matches(labels(p))]
 
 
 class HorizontalController(Controller):
@@ -97,8 +155,11 @@ class HorizontalController(Controller):
         self.settings = settings or HorizontalSettings()
         self.executor = Executor(client, recorder, COMPONENT)
         self.histories: dict[str, History] = {}
-        self.selectors: dict[str, str] = {}  # HPA key -> its target's selector at its last sync
+        self.index = PodIndex(pods)
+        self.selected: dict[str, set[str]] = {}  # HPA key -> the pods its target selected at its last sync
+        self.selecting: dict[str, set[str]] = {}  # pod key -> the HPAs whose targets selected it (hpaSelectors)
         hpas.add_handlers(Handlers(self._added, self._updated, self._deleted))
+        pods.add_handlers(Handlers(on_delete=self._pod_deleted))
 
     def _added(self, hpa: Mapping[str, Any]) -> None:
         self.enqueue(key(hpa))
@@ -107,31 +168,44 @@ class HorizontalController(Controller):
         if spec(old) != spec(new):  # not its own status writes: the period brings the next sync
             self.enqueue(key(new))
 
+    def _pod_deleted(self, pod: Mapping[str, Any]) -> None:
+        self.selecting.pop(key(pod), None)
+
     def _deleted(self, hpa: Mapping[str, Any]) -> None:
-        self.histories.pop(key(hpa), None)
-        self.selectors.pop(key(hpa), None)
+        self._forget(key(hpa))
+
+    def _forget(self, k: str) -> None:
+        self.histories.pop(k, None)
+        self._record(k, set())
+
+    def _record(self, k: str, pods: set[str]) -> None:
+        """Which pods the HPA's target selects now (the reverse index other HPAs' syncs consult)."""
+        before = self.selected.pop(k, set())
+        for gone in before - pods:
+            owners = self.selecting.get(gone)
+            if owners is not None:
+                owners.discard(k)
+                if not owners:
+                    del self.selecting[gone]
+        for pod in pods - before:
+            self.selecting.setdefault(pod, set()).add(k)
+        if pods:
+            self.selected[k] = pods
 
     def _selected(self, ns: str, selector: str) -> list[Mapping[str, Any]]:
         parsed = _selector(selector) if selector else None
-        if parsed is None:
-            return []
-        return [p for p in self.pods.in_namespace(ns) if parsed.matches(labels(p))]
+        return [] if parsed is None else self.index.select(ns, parsed)
 
-    def _competing(self, k: str, ns: str, pods: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Other HPAs of the namespace whose targets select any of these pods (hpaSelectors)."""
-        out = []
-        for other, selector in self.selectors.items():
-            if other == k or not other.startswith(f"{ns}/") or self.hpas.get(other) is None:
-                continue
-            parsed = _selector(selector)
-            if parsed is not None and any(parsed.matches(labels(p)) for p in pods):
-                out.append(other)
-        return out
+    def _competing(self, k: str, pods: set[str]) -> list[str]:
+        """Other HPAs whose targets selected any of these pods at their last syncs (hpaSelectors)."""
+        others = {h for p in pods for h in self.selecting.get(p, ())} - {k}
+        return sorted(h for h in others if self.hpas.get(h) is not None)
 
     def _readers(self, ns: str, pods: Sequence[PodInfo], now: float) -> tuple[WindowReader, FastMode | None]:
         fast = self.settings.fast
         if fast is None:
-            return WindowReader(self.window, ns, pods, now, self.settings.metric_window), None
+            reader = WindowReader(self.window, ns, pods, now, self.settings.metric_window, self.settings.metric_max_age)
+            return reader, None
         steady = WindowReader(self.window, ns, pods, now, fast.steady_metric_window)
         quick = WindowReader(self.window, ns, pods, now, fast.quick_metric_window)
         return steady, FastMode(quick, fast)
@@ -139,8 +213,7 @@ class HorizontalController(Controller):
     async def sync(self, k: str) -> float | None:
         hpa = self.hpas.get(k)
         if hpa is None:
-            self.histories.pop(k, None)
-            self.selectors.pop(k, None)
+            self._forget(k)
             return None
         ns, now = namespace(hpa), self.clock.wall()
         ref = spec(hpa).get("scaleTargetRef")
@@ -155,8 +228,9 @@ class HorizontalController(Controller):
         pod_objects = self._selected(ns, scale.selector) if scale is not None else []
         competing: list[str] = []
         if scale is not None:
-            self.selectors[k] = scale.selector
-            competing = self._competing(k, ns, pod_objects)
+            pod_keys = {key(p) for p in pod_objects}
+            self._record(k, pod_keys)
+            competing = self._competing(k, pod_keys)
         pods = [pod_info(p) for p in pod_objects]
         reader, fast = self._readers(ns, pods, now)
         outcome = reconcile(hpa, scale, pods, reader, self.histories.get(k, History()), now,
