@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.hpa.source import container_key
@@ -232,7 +233,10 @@ async def test_min_and_max_bound_the_decision_and_say_so(world: World) -> None:
 async def test_missing_metrics_and_a_missing_target_are_conditions(world: World) -> None:
     await world.deployment(2)
     await world.hpa(CPU50)
-    hpa = await world.sync()  # no samples at all
+    with capture_logs() as logs:
+        hpa = await world.sync()  # no samples at all
+        await world.sync()
+    assert [e["event"] for e in logs] == ["hpa_sync_error"]  # once while it lasts, not at every sync
     assert conditions(hpa)["ScalingActive"] == ("False", "FailedGetResourceMetric")
     active = next(c for c in hpa["status"]["conditions"] if c["type"] == "ScalingActive")
     assert "no metrics returned from resource metrics API" in active["message"]

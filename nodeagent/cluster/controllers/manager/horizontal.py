@@ -155,6 +155,7 @@ class HorizontalController(Controller):
         self.settings = settings or HorizontalSettings()
         self.executor = Executor(client, recorder, COMPONENT)
         self.histories: dict[str, History] = {}
+        self.errors: dict[str, str] = {}  # HPA key -> the error of its last sync
         self.index = PodIndex(pods)
         self.selected: dict[str, set[str]] = {}  # HPA key -> the pods its target selected at its last sync
         self.selecting: dict[str, set[str]] = {}  # pod key -> the HPAs whose targets selected it (hpaSelectors)
@@ -176,6 +177,7 @@ class HorizontalController(Controller):
 
     def _forget(self, k: str) -> None:
         self.histories.pop(k, None)
+        self.errors.pop(k, None)
         self._record(k, set())
 
     def _record(self, k: str, pods: set[str]) -> None:
@@ -246,8 +248,15 @@ class HorizontalController(Controller):
                 log.info("hpa_rescaled", hpa=k, target=f"{target[1]}/{target[3]}", before=scale.spec_replicas,
                          after=outcome.desired_replicas, reason=outcome.rescale_reason)
         self.histories[k] = outcome.history
-        if outcome.error is not None:
-            log.info("hpa_sync_error", hpa=k, error=outcome.error)
+        if outcome.error != self.errors.get(k):  # logged when it changes, not at every sync
+            if outcome.error is not None:
+                log.info("hpa_sync_error", hpa=k, error=outcome.error)
+            else:
+                log.info("hpa_sync_recovered", hpa=k)
+        if outcome.error is None:
+            self.errors.pop(k, None)
+        else:
+            self.errors[k] = outcome.error
         involved = ObjectRef.of(hpa, API_VERSION, KIND)
         actions: list[Action] = [Event(involved, "Warning" if e.type == "Warning" else "Normal", e.reason, e.message)
                                  for e in outcome.events]
