@@ -10,7 +10,7 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
 ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished", "daemonset",
-       "nodelifecycle", "disruption"]
+       "nodelifecycle", "disruption", "horizontalpodautoscaling"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -19,7 +19,7 @@ ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-af
     ([], []),
     (["replicaset"], ["replicaset"]),
     (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished",
-                                  "daemonset", "nodelifecycle", "disruption"]),
+                                  "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
     (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),
@@ -44,3 +44,21 @@ def test_manager_builds_only_what_is_enabled() -> None:
     assert sorted(k for _, k in m.informers) == ["CronJob", "Job", "Pod"]  # shared: one Job informer for three
     with pytest.raises(ValueError, match="unknown controllers: statefulset"):
         ControllerManager(client=None, clock=FakeClock(), enabled=["statefulset"])  # type: ignore[arg-type]
+
+
+def test_hpa_settings_come_from_the_server_config() -> None:
+    from nodeagent.cluster.controlplane import hpa_settings
+    default = hpa_settings(parse_server_config({}, "t"), 17.0)
+    assert (default.period, default.fast, default.metric_window, default.metric_max_age) == (15.0, None, 17.0, 17.0)
+    assert default.controller.downscale_stabilization == 300.0 and default.controller.tolerance == 0.1
+    assert default.controller.calculator.cpu_initialization_period == 300.0
+    config = parse_server_config({"horizontalPodAutoscaler": {
+        "syncPeriod": "5s", "tolerance": 0.2, "downscaleStabilization": "1m", "initialReadinessDelay": "10s",
+        "fast": True}}, "t")
+    s = hpa_settings(config, 3.0)
+    assert s.sync_period == 5.0 and s.controller.tolerance == 0.2 and s.controller.downscale_stabilization == 60.0
+    assert s.controller.calculator.delay_of_initial_readiness_status == 10.0
+    assert s.fast is not None and s.fast.down_stabilization == 60.0 and s.period == s.fast.sync_period == 1.0
+    with pytest.raises(ConfigError) as e:
+        parse_server_config({"horizontalPodAutoscaler": {"syncPerod": "5s"}}, "server.yaml")
+    assert "syncPerod" in str(e.value)

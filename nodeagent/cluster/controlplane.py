@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import signal
 import ssl
 from collections.abc import Awaitable, Callable
@@ -29,11 +30,17 @@ from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.resources import ApiSettings
+from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
+from nodeagent.cluster.autoscaling.hpa.controller import ControllerConfig
+from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
+from nodeagent.cluster.autoscaling.hpa.replicas import CalculatorConfig
+from nodeagent.cluster.autoscaling.metrics.scrape import MetricsStore
 from nodeagent.cluster.controllers.manager.client import FIELD_MANAGER, USER, ApiError, Obj
+from nodeagent.cluster.controllers.manager.horizontal import HorizontalSettings
 from nodeagent.cluster.controllers.manager.manager import ControllerManager
 from nodeagent.cluster.events.recorder import EventRecorder
 from nodeagent.cluster.registry.catalog import ResourceInfo
@@ -118,8 +125,8 @@ class ControlPlane:
             add_binding(registry, settings)
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
-            await self._controller_manager(registry, tasks)
-            metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top
+            metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top, the HPA
+            await self._controller_manager(registry, tasks, metrics.store)
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
@@ -175,9 +182,10 @@ class ControlPlane:
         tasks.start(self.scheduler.run(), name="scheduler", forever=True)
         return recorder
 
-    async def _controller_manager(self, registry: Registry, tasks: GuardedTasks) -> None:
+    async def _controller_manager(self, registry: Registry, tasks: GuardedTasks, metrics: MetricsStore) -> None:
         """The controllers (cluster/controllers/manager) over their shared informers, each fed by a
-        list+watch of its resource and listed before any controller starts (WaitForCacheSync)."""
+        list+watch of its resource and listed before any controller starts (WaitForCacheSync); the
+        HPA reads the scrape's sample window."""
         enabled = self.config.enabled_controllers
         if not enabled:
             return
@@ -189,7 +197,9 @@ class ControlPlane:
             return rec
 
         manager = self.controllers = ControllerManager(client, self.clock, enabled=enabled, recorder=recorder,
-                                                       node_lifecycle=self.config.node_lifecycle.settings())
+                                                       node_lifecycle=self.config.node_lifecycle.settings(),
+                                                       metrics=metrics.window,
+                                                       hpa=hpa_settings(self.config, metrics.rate_window))
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()
@@ -229,6 +239,16 @@ class ControlPlane:
         log.info("security_on", modes=",".join(sec_config.authorization_mode), tls_dir=str(self.config.tls_dir),
                  token_file=bool(sec_config.token_auth_file))
         return security, tls
+
+
+def hpa_settings(config: ServerConfig, metric_window: float) -> HorizontalSettings:
+    """The HPA controller's settings from the config; values are read over the scrape's rate window,
+    back from a sample at most a scrape (and its slack) old."""
+    hpa = config.horizontal_pod_autoscaler
+    controller = ControllerConfig(hpa.tolerance, hpa.downscale_stabilization,
+                                  CalculatorConfig(hpa.cpu_initialization_period, hpa.initial_readiness_delay))
+    fast = FastConfig(down_stabilization=hpa.downscale_stabilization) if hpa.fast else None
+    return HorizontalSettings(hpa.sync_period, controller, metric_window, fast, metric_max_age=metric_window)
 
 
 class Feed:
@@ -276,7 +296,8 @@ class Feed:
 
 class RegistryClient:
     """The controller-manager's client: in-process registry calls as system:kube-controller-manager,
-    through the same admission as an HTTP request (quotas and limit ranges hold for its pods)."""
+    through the same admission as an HTTP request (quotas and limit ranges hold for its pods), and
+    the scale subresource of the kinds that have one (the HPA's scale client)."""
 
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
@@ -294,6 +315,37 @@ class RegistryClient:
     def namespaced(self, api_version: str, kind: str) -> bool | None:
         info = self._by_kind.get((api_version, kind))
         return None if info is None else info.namespaced
+
+    def _scalable(self, api_version: str, kind: str) -> GenericStore:
+        info = self._by_kind.get((api_version, kind))
+        if info is None or self.registry.catalog.subresource(info, "scale") is None:
+            group = api_version.rpartition("/")[0]
+            raise ApiError(404, "NotFound", f'no matches for kind "{kind}" in group "{group}"'
+                           if info is None else f"{info.qualified} has no scale subresource")
+        return self.registry.resource(info.group, info.version, info.plural)
+
+    async def get_scale(self, api_version: str, kind: str, namespace: str, name: str) -> Obj:
+        """GET <kind>/<name>/scale: the autoscaling/v1 Scale (apiserver/scale.py's)."""
+        gs = self._scalable(api_version, kind)
+        try:
+            return to_scale(await gs.get(namespace or None, name))
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+
+    async def update_scale(self, api_version: str, kind: str, namespace: str, name: str, replicas: int) -> Obj:
+        """PUT <kind>/<name>/scale: only spec.replicas moves (the subresource's compare-and-swap)."""
+        gs = self._scalable(api_version, kind)
+        ctx = Context(field_manager=FIELD_MANAGER, user=USER, groups=("system:authenticated",))
+
+        def mutate(old: Obj) -> Obj:
+            new = copy.deepcopy(old)
+            new.setdefault("spec", {})["replicas"] = replicas
+            return new
+
+        try:
+            return to_scale(await gs.guaranteed_update(namespace or None, name, mutate, ctx, subresource="scale"))
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
 
 
 class RegistryResource:

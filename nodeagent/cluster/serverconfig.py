@@ -29,6 +29,13 @@
       caFile: /etc/nodeagent/agent-ca.crt        # verifies the agents' serving certificates
       insecureSkipTLSVerify: false               # metrics-server's --kubelet-insecure-tls
       timeout: 10s                               # per agent; at most 80% of the resolution is used
+    horizontalPodAutoscaler:    # kube-controller-manager's --horizontal-pod-autoscaler-* flags
+      syncPeriod: 15s
+      tolerance: 0.1
+      downscaleStabilization: 5m
+      cpuInitializationPeriod: 5m
+      initialReadinessDelay: 30s
+      fast: false               # true: a sync a second and the fast first reaction (autoscaling/hpa/fast.py)
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from nodeagent.cluster.controllers.nodelifecycle.zones import Rates
 from nodeagent.daemonkit.configfile import (
     AbsolutePath,
     ConfigError,
+    GoDuration,
     LoggingConfig,
     PositiveDuration,
     ip_address,
@@ -104,6 +112,19 @@ class NodeLifecycleConfig(BaseModel):
                         self.large_cluster_size_threshold))
 
 
+class HorizontalPodAutoscalerConfig(BaseModel):
+    """The HPA controller's settings (upstream's defaults); `fast` turns on hpa.fast's 1 s syncs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    sync_period: PositiveDuration = 15.0
+    tolerance: float = Field(default=0.1, ge=0.0)
+    downscale_stabilization: Annotated[GoDuration, Field(ge=0.0)] = 300.0
+    cpu_initialization_period: Annotated[GoDuration, Field(ge=0.0)] = 300.0
+    initial_readiness_delay: Annotated[GoDuration, Field(ge=0.0)] = 30.0
+    fast: bool = False
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -120,6 +141,7 @@ class ServerConfig(BaseModel):
     metrics_scrape: MetricsScrapeConfig = Field(default_factory=MetricsScrapeConfig)
     controllers: tuple[str, ...] = ("*",)
     node_lifecycle: NodeLifecycleConfig = Field(default_factory=NodeLifecycleConfig)
+    horizontal_pod_autoscaler: HorizontalPodAutoscalerConfig = Field(default_factory=HorizontalPodAutoscalerConfig)
 
     @model_validator(mode="after")
     def _controllers(self) -> ServerConfig:

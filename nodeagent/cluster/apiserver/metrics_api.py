@@ -15,6 +15,7 @@ out. Discovery lists the two resources through `MetricsCatalog`, the registry's 
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
 from nodeagent.cluster.auth.files import write_private
 from nodeagent.cluster.auth.pki import issue_client_certificate, load_ca
+from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.metrics.objects import Usage, metrics_list, node_metrics, pod_metrics
 from nodeagent.cluster.autoscaling.metrics.scrape import AgentFetcher, MetricsStore, Scraper
 from nodeagent.cluster.registry import errors
@@ -200,7 +202,10 @@ async def start_metrics(registry: Registry, config: ServerConfig, clock: Clock, 
     if scrape.token_file:
         token = (await asyncio.to_thread(Path(scrape.token_file).read_text)).strip() or None
     ctx = scrape_ssl_context(scrape.ca_file, scrape.insecure_skip_tls_verify, client_cert)
-    store = MetricsStore(config.metric_resolution)
+    capacity = 8
+    if config.horizontal_pod_autoscaler.fast:  # the fast HPA reads 30 s windows of the samples
+        capacity = max(capacity, math.ceil(FastConfig().steady_metric_window / config.metric_resolution) + 2)
+    store = MetricsStore(config.metric_resolution, capacity=capacity)
     fetcher = AgentFetcher(ctx, token, request_timeout=scrape.timeout)
     nodes = registry.resource("", "v1", "nodes")
 

@@ -1,7 +1,8 @@
 """Kubernetes protobuf request bodies of the kinds kubectl's generators create.
 
 kubectl 1.37's typed clients (`kubectl create namespace|quota|priorityclass|role|rolebinding|
-clusterrole|clusterrolebinding|configmap|secret|serviceaccount|deployment|job|cronjob|pdb`) post
+clusterrole|clusterrolebinding|configmap|secret|serviceaccount|deployment|job|cronjob|pdb`,
+`kubectl autoscale`) post
 `application/vnd.kubernetes.protobuf` and do not fall back to JSON on 415. The body is
 `k8s\\x00` + runtime.Unknown{typeMeta, raw}, raw the kind's message from the upstream
 generated.proto; it is decoded here into the dict the JSON body would give (the registry then
@@ -25,7 +26,8 @@ from nodeagent.daemonkit.protowire import check_depth, fields, utf8
 
 Schema = dict[int, tuple[str, str, Any]]
 # kinds: str, int, bool, bytes (base64 in JSON), strs (repeated string), msg, msgs (repeated message),
-# map_str (map<string,string>), map_bytes (map<string,bytes>), map_qty (map<string, resource.Quantity>)
+# map_str (map<string,string>), map_bytes (map<string,bytes>), map_qty (map<string, resource.Quantity>),
+# qty (one resource.Quantity)
 
 _TYPE_META: Schema = {1: ("apiVersion", "str", None), 2: ("kind", "str", None)}
 _UNKNOWN: Schema = {1: ("typeMeta", "msg", _TYPE_META), 2: ("raw", "bytes_raw", None),
@@ -84,7 +86,35 @@ _CRONJOB_SPEC: Schema = {1: ("schedule", "str", None), 8: ("timeZone", "str", No
 _PDB_SPEC: Schema = {1: ("minAvailable", "intstr", _INT_OR_STRING), 2: ("selector", "msg", _LABEL_SELECTOR),
                      3: ("maxUnavailable", "intstr", _INT_OR_STRING), 4: ("unhealthyPodEvictionPolicy", "str", None)}
 
+# autoscaling/v2 and v1 HorizontalPodAutoscaler (`kubectl autoscale` posts v2, then v1 when v2 fails);
+# "qty": a resource.Quantity message (its string is field 1)
+_CROSS_REF: Schema = {1: ("kind", "str", None), 2: ("name", "str", None), 3: ("apiVersion", "str", None)}
+_METRIC_TARGET: Schema = {1: ("type", "str", None), 2: ("value", "qty", None), 3: ("averageValue", "qty", None),
+                          4: ("averageUtilization", "int32", None)}
+_METRIC_ID: Schema = {1: ("name", "str", None), 2: ("selector", "msg", _LABEL_SELECTOR)}
+_METRIC_SPEC: Schema = {
+    1: ("type", "str", None),
+    2: ("object", "msg", {1: ("describedObject", "msg", _CROSS_REF), 2: ("target", "msg", _METRIC_TARGET),
+                          3: ("metric", "msg", _METRIC_ID)}),
+    3: ("pods", "msg", {1: ("metric", "msg", _METRIC_ID), 2: ("target", "msg", _METRIC_TARGET)}),
+    4: ("resource", "msg", {1: ("name", "str", None), 2: ("target", "msg", _METRIC_TARGET)}),
+    5: ("external", "msg", {1: ("metric", "msg", _METRIC_ID), 2: ("target", "msg", _METRIC_TARGET)}),
+    7: ("containerResource", "msg", {1: ("name", "str", None), 2: ("target", "msg", _METRIC_TARGET),
+                                     3: ("container", "str", None)})}
+_SCALING_RULES: Schema = {3: ("stabilizationWindowSeconds", "int32", None), 1: ("selectPolicy", "str", None),
+                          2: ("policies", "msgs", {1: ("type", "str", None), 2: ("value", "int32", None),
+                                                   3: ("periodSeconds", "int32", None)}),
+                          4: ("tolerance", "qty", None)}
+_HPA_V2_SPEC: Schema = {1: ("scaleTargetRef", "msg", _CROSS_REF), 2: ("minReplicas", "int32", None),
+                        3: ("maxReplicas", "int32", None), 4: ("metrics", "msgs", _METRIC_SPEC),
+                        5: ("behavior", "msg", {1: ("scaleUp", "msg", _SCALING_RULES),
+                                                2: ("scaleDown", "msg", _SCALING_RULES)})}
+_HPA_V1_SPEC: Schema = {1: ("scaleTargetRef", "msg", _CROSS_REF), 2: ("minReplicas", "int32", None),
+                        3: ("maxReplicas", "int32", None), 4: ("targetCPUUtilizationPercentage", "int32", None)}
+
 KINDS: dict[tuple[str, str], Schema] = {
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _HPA_V2_SPEC)},
+    ("autoscaling/v1", "HorizontalPodAutoscaler"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _HPA_V1_SPEC)},
     ("apps/v1", "Deployment"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _DEPLOYMENT_SPEC)},
     ("batch/v1", "Job"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _JOB_SPEC)},
     ("batch/v1", "CronJob"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _CRONJOB_SPEC)},
@@ -164,6 +194,8 @@ def _message(data: bytes, schema: Schema, depth: int = 0) -> dict[str, Any]:
             else:
                 qty = next((v for n, v in fields(raw) if n == 1), b"")
                 out.setdefault(name, {})[key] = _text(qty, name)
+        elif kind == "qty":
+            out[name] = _text(next((v for n, v in fields(_bytes(value, name)) if n == 1), b""), name)
         elif kind == "intstr":  # intstr.IntOrString: type 1 is the string form
             both = _message(_bytes(value, name), sub, depth + 1)
             out[name] = both.get("strVal", "") if both.get("type") == 1 else both.get("intVal", 0)

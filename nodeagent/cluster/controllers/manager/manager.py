@@ -14,12 +14,14 @@ from collections.abc import Callable, Collection
 
 import structlog
 
+from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.cronjob import CronJobController
 from nodeagent.cluster.controllers.manager.daemonset import DaemonSetController
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
 from nodeagent.cluster.controllers.manager.disruption import DisruptionController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
+from nodeagent.cluster.controllers.manager.horizontal import HorizontalController, HorizontalSettings, Scales
 from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFinishedController
 from nodeagent.cluster.controllers.manager.loop import Controller
@@ -30,7 +32,7 @@ from nodeagent.core.clock import Clock
 log = structlog.get_logger(__name__)
 
 CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished",
-               "daemonset", "nodelifecycle", "disruption")
+               "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -52,13 +54,18 @@ COMPONENTS = {
     "daemonset": "daemonset-controller",
     "nodelifecycle": "node-controller",
     "disruption": "disruption-controller",
+    "horizontalpodautoscaling": "horizontal-pod-autoscaler",
 }
 
 
 class ControllerManager:
     def __init__(self, client: Client, clock: Clock, *, enabled: Collection[str] = CONTROLLERS,
                  recorder: Callable[[str], Recorder | None] = lambda _component: None,
-                 node_lifecycle: NodeLifecycleSettings | None = None) -> None:
+                 node_lifecycle: NodeLifecycleSettings | None = None,
+                 scales: Scales | None = None, metrics: SampleWindow | None = None,
+                 hpa: HorizontalSettings | None = None) -> None:
+        """`scales`: the scale subresource the HPA reads and writes (the client's when it has one);
+        `metrics`: the server's sample window the HPA reads pods' usage from (None: no metrics)."""
         unknown = sorted(set(enabled) - set(CONTROLLERS))
         if unknown:
             raise ValueError(f"unknown controllers: {', '.join(unknown)}")
@@ -113,6 +120,15 @@ class ControllerManager:
                                                    deployments=self.informer("apps/v1", "Deployment"),
                                                    statefulsets=self.informer("apps/v1", "StatefulSet"))
             self.controllers.append(self.disruption)
+        if "horizontalpodautoscaling" in enabled:
+            scales = scales if scales is not None else (client if isinstance(client, Scales) else None)
+            if scales is None:
+                raise ValueError("horizontalpodautoscaling needs a client with the scale subresource")
+            self.horizontal = HorizontalController(
+                clock, client, recorder(COMPONENTS["horizontalpodautoscaling"]),
+                hpas=self.informer("autoscaling/v2", "HorizontalPodAutoscaler"), pods=self.informer("v1", "Pod"),
+                scales=scales, window=metrics, settings=hpa)
+            self.controllers.append(self.horizontal)
 
     def informer(self, api_version: str, kind: str) -> Informer:
         """The shared informer of a kind (made on first ask)."""

@@ -17,6 +17,10 @@ from nodeagent.cluster.registry.kinds.apps import (
     ReplicaSetStrategy,
     StatefulSetStrategy,
 )
+from nodeagent.cluster.registry.kinds.autoscaling import (
+    HorizontalPodAutoscalerStrategy,
+    HorizontalPodAutoscalerV1Strategy,
+)
 from nodeagent.cluster.registry.kinds.batch import CronJobStrategy, JobStrategy
 from nodeagent.cluster.registry.kinds.configuration import ConfigMapStrategy, SecretStrategy, ServiceAccountStrategy
 from nodeagent.cluster.registry.kinds.disruption import PodDisruptionBudgetStrategy
@@ -42,5 +46,6 @@ BUILTIN: tuple[type[Strategy], ...] = (
     RoleStrategy, ClusterRoleStrategy, RoleBindingStrategy, ClusterRoleBindingStrategy,
     DeploymentStrategy, ReplicaSetStrategy, DaemonSetStrategy, StatefulSetStrategy, ControllerRevisionStrategy,
     JobStrategy, CronJobStrategy, PodDisruptionBudgetStrategy,
+    HorizontalPodAutoscalerStrategy, HorizontalPodAutoscalerV1Strategy,  # v2 first: the preferred version
 )
 REVIEWS: tuple[type[Strategy], ...] = (SelfSubjectAccessReviewStrategy, SubjectAccessReviewStrategy)
