@@ -56,7 +56,7 @@ class Backend:
     async def delete_pod(self, ns: str, name: str, grace: int | None) -> dict[str, Any] | None:
         return {"metadata": {"name": name}}
 
-    def read_log(self, *args: Any) -> str | None:
+    def log_source(self, *args: Any) -> None:
         return None
 
     def events(self) -> list[dict[str, Any]]:

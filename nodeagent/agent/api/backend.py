@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
+from nodeagent.agent.runtime.logs import LogSource
 
 __all__ = ["AdmissionError", "AgentBackend", "AlreadyExists", "DurabilityError"]
 
@@ -44,11 +45,12 @@ class AgentBackend(Protocol):
         """Begin terminating the pod; None if there is no such pod."""
         ...
 
-    def read_log(self, namespace: str, name: str, container: str | None,
-                 tail: int | None) -> str | None:
-        """The container's log (the only container if None); the last `tail` lines if set
-        (0: none). None if the pod or container is unknown; FieldError (400 BadRequest) if the request
-        is ambiguous, e.g. no container named in a pod with several."""
+    def log_source(self, namespace: str, name: str, container: str | None,
+                   previous: bool) -> LogSource | None:
+        """Where the container's log is (the only app container if None; the run before the
+        current one with `previous`) and whether its run still writes to it. None if the pod or
+        container is unknown; FieldError (400) if no container is named in a pod with several;
+        LogUnavailable (400) if there is no such log yet."""
         ...
 
     def events(self) -> list[dict[str, Any]]:
