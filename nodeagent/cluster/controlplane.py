@@ -25,8 +25,9 @@ from nodeagent.cluster.admitters.chain import AdmissionChain
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
-from nodeagent.cluster.apiserver.metrics_api import start_metrics
+from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
+from nodeagent.cluster.apiserver.podlog import PodLogProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.auth.encryption import load_encryption_config
@@ -101,6 +102,7 @@ class ControlPlane:
         registry = self.registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         recorder: EventRecorder | None = None
+        pod_log: PodLogProxy | None = None
         tasks = GuardedTasks("server")
         tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
                     forever=True)
@@ -117,7 +119,9 @@ class ControlPlane:
             add_binding(registry, settings)
             recorder = await self._scheduler(registry, tasks)
             await self._controller_manager(registry, tasks)
-            metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top
+            credentials = await agent_credentials(self.config, self.clock)  # how the server dials the agents
+            pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
+            metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
@@ -145,6 +149,8 @@ class ControlPlane:
             await registry.close()
             if runner is not None:
                 await runner.cleanup()
+            if pod_log is not None:
+                await pod_log.close()
             await store.close()
 
     async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:
