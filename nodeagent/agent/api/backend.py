@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
+from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime.logs import LogSource
 
 __all__ = ["AdmissionError", "AgentBackend", "AlreadyExists", "DurabilityError"]
@@ -51,6 +52,13 @@ class AgentBackend(Protocol):
         current one with `previous`) and whether its run still writes to it. None if the pod or
         container is unknown; FieldError (400) if no container is named in a pod with several;
         LogUnavailable (400) if there is no such log yet."""
+        ...
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        """Where `kubectl exec` runs a command: the running container's cgroup, env, working
+        directory and identity (the only app container if None). None if the pod or container is
+        unknown; FieldError if no container is named in a pod with several; ExecUnavailable if
+        the container is not running or cannot be exec'd into."""
         ...
 
     def events(self) -> list[dict[str, Any]]:

@@ -43,8 +43,10 @@ from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.pods.resize import Resizes
 from nodeagent.agent.pods.stats_targets import stats_target
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
+from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import scan_shims
+from nodeagent.agent.runtime.exec_session import ExecUnavailable
 from nodeagent.agent.runtime.state import Running, Waiting
 from nodeagent.agent.stats.targets import PodTarget
 from nodeagent.core.errors import FieldError
@@ -407,6 +409,28 @@ class PodManager:
                     and cw.status.restart_count == run and cw.pid is not None)
 
         return logs.LogSource(path, running)
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
+        working directory and identity while it runs."""
+        worker = self.pods.get((namespace, name))
+        if worker is None:
+            return None
+        if container is None:
+            names = [c.name for c in worker.plan.containers]
+            if len(names) != 1:
+                raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
+            container = names[0]
+        plan = worker.plan.any_container(container)
+        if plan is None:
+            return None
+        if plan.from_image:
+            raise ExecUnavailable(f'container "{container}" in pod "{name}" runs from an image: exec into image '
+                                  "containers is not supported yet")
+        target = worker.exec_target(container)
+        if target is None:
+            raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
+        return target
 
     def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
         """The log as text at once (blocking reads; tests and small logs): see log_source."""
