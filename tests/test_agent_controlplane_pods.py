@@ -31,6 +31,7 @@ from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.logs import LogSource
 from nodeagent.core.clock import SystemClock
@@ -106,6 +107,9 @@ class ManagerBackend:
 
     def log_source(self, namespace: str, name: str, container: str | None, previous: bool) -> LogSource | None:
         return self.manager.log_source(namespace, name, container, previous)
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        return self.manager.exec_target(namespace, name, container)
 
     def events(self) -> list[dict[str, Any]]:
         return self.recorder.list()

@@ -27,7 +27,8 @@ from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
-from nodeagent.cluster.apiserver.podlog import PodLogProxy, add_pod_log
+from nodeagent.cluster.apiserver.podexec import add_pod_exec
+from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.auth.encryption import load_encryption_config
@@ -102,7 +103,7 @@ class ControlPlane:
         registry = self.registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         recorder: EventRecorder | None = None
-        pod_log: PodLogProxy | None = None
+        pod_log: AgentProxy | None = None
         tasks = GuardedTasks("server")
         tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
                     forever=True)
@@ -121,6 +122,7 @@ class ControlPlane:
             await self._controller_manager(registry, tasks)
             credentials = await agent_credentials(self.config, self.clock)  # how the server dials the agents
             pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
+            add_pod_exec(settings, pod_log)  # kubectl exec
             metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)

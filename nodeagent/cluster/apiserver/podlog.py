@@ -161,14 +161,15 @@ def _loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class PodLogProxy:
-    """The handler of pods/log over one client session toward the agents."""
+class AgentProxy:
+    """One client session toward the agents with the server's credentials, and the pods/log
+    handler over it (pods/exec, podexec.py, shares it)."""
 
     def __init__(self, registry: Registry, credentials: AgentCredentials) -> None:
         self.registry, self.credentials = registry, credentials
         self._session: aiohttp.ClientSession | None = None
 
-    def _s(self) -> aiohttp.ClientSession:
+    def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.credentials.ssl_context))
         return self._session
@@ -177,7 +178,7 @@ class PodLogProxy:
         if self._session is not None:
             await self._session.close()
 
-    def _headers(self, url: str) -> dict[str, str]:
+    def headers(self, url: str) -> dict[str, str]:
         """The bearer token, never in clear to another host (plain HTTP is for a loopback agent)."""
         parts = urllib.parse.urlsplit(url)
         token = self.credentials.token
@@ -205,7 +206,7 @@ class PodLogProxy:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.credentials.timeout,
                                         sock_read=None if opts.follow else self.credentials.timeout)
         try:
-            upstream = await self._s().get(url, params=agent_query(opts, container), headers=self._headers(url),
+            upstream = await self.session().get(url, params=agent_query(opts, container), headers=self.headers(url),
                                            timeout=timeout)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             log.warning("pod_log_agent_unreachable", node=node_name, url=base, error=f"{type(e).__name__}: {e}")
@@ -244,9 +245,9 @@ class PodLogProxy:
         return errors.unavailable(f'the agent of node "{node_name}" failed to read the log: HTTP {upstream.status}')
 
 
-def add_pod_log(registry: Registry, settings: ApiSettings, credentials: AgentCredentials) -> PodLogProxy:
+def add_pod_log(registry: Registry, settings: ApiSettings, credentials: AgentCredentials) -> AgentProxy:
     """Serve pods/log (listed in discovery, get only); the caller closes the proxy at shutdown."""
-    proxy = PodLogProxy(registry, credentials)
+    proxy = AgentProxy(registry, credentials)
     registry.catalog.add_subresource(PodStrategy.info, Subresource("log", "Pod", ("get",)))
     settings.add_subresource("", "pods", "log", proxy.handle)
     return proxy
