@@ -111,6 +111,14 @@ def test_exec_errors_are_kubes(box: tuple[SecureServer, Agent]) -> None:
     assert "a container name must be specified for pod box, choose one of: [main side]" in res.stderr, res.stderr
     res = kubectl(server, "exec", "box", "-c", "main", "--", "/no/such/command")
     assert res.returncode == 127, (res.returncode, res.stderr)
+    body = json.loads(pod_manifest("half", "exec sleep 300", grace=1))  # one container done, the pod Running
+    body["spec"]["restartPolicy"] = "Never"
+    body["spec"]["containers"].append({"name": "done", "command": ["/bin/true"]})
+    apply(server, json.dumps(body))
+    until(lambda: (p := server.get_json("pod", "half")) and any(
+        "terminated" in c["state"] for c in p["status"].get("containerStatuses", [])), 30, "half's done container")
+    res = kubectl(server, "exec", "half", "-c", "done", "--", "/bin/true")  # refused by the agent, after the upgrade
+    assert res.returncode != 0 and 'container "done" in pod "half" is not running' in res.stderr, res.stderr
     discovery = json.loads(server.kubectl("get", "--raw", "/api/v1").stdout)
     assert {"name": "pods/exec", "singularName": "", "namespaced": True, "kind": "PodExecOptions",
             "verbs": ["create", "get"]} in discovery["resources"]
