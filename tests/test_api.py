@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import tempfile
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from nodeagent.agent.api import AdmissionError, AlreadyExists, create_app
+from nodeagent.agent.runtime import logs
 from nodeagent.core.errors import FieldError, ValidationErrors
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}, "status": {}}
@@ -27,8 +30,9 @@ class FakeBackend:
         self.boom = boom  # this pod name makes create_pod fail with a bug-like exception
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.deleted: list[tuple[str, str, int | None]] = []
-        self.log_calls: list[tuple[str | None, int | None]] = []
+        self.log_calls: list[tuple[str | None, bool]] = []
         self.fail = False
+        self.log_dir = tempfile.TemporaryDirectory()
 
     def node(self) -> dict[str, Any]:
         if self.fail:
@@ -75,15 +79,18 @@ class FakeBackend:
         self.deleted.append((ns, name, grace))
         return self.pods.pop((ns, name), None)
 
-    def read_log(self, ns: str, name: str, container: str | None,
-                 tail: int | None) -> str | None:
-        self.log_calls.append((container, tail))
+    def log_source(self, ns: str, name: str, container: str | None, previous: bool) -> logs.LogSource | None:
+        self.log_calls.append((container, previous))
         if container == "both":
             raise FieldError("container", "a container name must be specified")
+        if previous:
+            raise logs.LogUnavailable(f'previous terminated container "app" in pod "{name}" not found')
         if (ns, name) not in self.pods or container not in (None, "app"):
             return None
-        lines = ["one\n", "two\n", "three\n"]
-        return "".join(lines[-tail:] if tail else lines if tail is None else [])
+        path = os.path.join(self.log_dir.name, f"{ns}_{name}.log")
+        with open(path, "w") as f:
+            f.write("one\ntwo\nthree\n")
+        return logs.LogSource(path, lambda: False)
 
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
@@ -253,7 +260,15 @@ async def test_logs(client: TestClient, backend: FakeBackend) -> None:
     assert (r.status, r.content_type, await r.text()) == (200, "text/plain", "one\ntwo\nthree\n")
     r = await client.get(base, params={"container": "app", "tailLines": "2"})
     assert await r.text() == "two\nthree\n"
-    assert backend.log_calls[-1] == ("app", 2)
+    assert backend.log_calls[-1] == ("app", False)
+    r = await client.get(base, params={"limitBytes": "6"})
+    assert (r.status, await r.text()) == (200, "one\ntw")
+    r = await client.get(base, params={"tailLines": "2", "limitBytes": "100", "follow": "true"})
+    assert await r.text() == "two\nthree\n"  # the run is over: following ends at its end
+    body = await status_of(await client.get(base, params={"previous": "true"}), 400, "BadRequest")
+    assert body["message"] == 'previous terminated container "app" in pod "web" not found'
+    for bad in ({"limitBytes": "0"}, {"follow": "maybe"}, {"timestamps": "true"}, {"sinceSeconds": "10"}):
+        await status_of(await client.get(base, params=bad), 400, "BadRequest")
     await status_of(await client.get(base, params={"container": "nope"}), 404, "NotFound")
     await status_of(await client.get(base, params={"tailLines": "-3"}), 400, "BadRequest")
     body = await status_of(await client.get(base, params={"container": "both"}), 400,

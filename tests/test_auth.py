@@ -56,7 +56,7 @@ class Backend:
     async def delete_pod(self, ns: str, name: str, grace: int | None) -> dict[str, Any] | None:
         return {"metadata": {"name": name}}
 
-    def read_log(self, *args: Any) -> str | None:
+    def log_source(self, *args: Any) -> None:
         return None
 
     def events(self) -> list[dict[str, Any]]:
@@ -229,6 +229,10 @@ async def test_reads_open_on_loopback_when_opted_in() -> None:
     async with TestClient(TestServer(create_app(Backend(), auth=auth))) as c:
         assert (await c.get("/api/v1/pods")).status == 200
         assert (await c.post("/api/v1/pods", json=POD)).status == 401
+        upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Protocol": "v5.channel.k8s.io"}
+        resp = await c.get("/api/v1/namespaces/default/pods/web/exec?command=id&stdout=true", headers=upgrade)
+        assert resp.status == 401  # exec is no read: an anonymous loopback peer may not run commands
 
 
 async def test_denials_are_kubernetes_status_objects(client: TestClient) -> None:

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from nodeagent.agent.api import AdmissionError, AlreadyExists, create_app
 from nodeagent.agent.node.status import ConditionTracker, NodeStatusInput, build_node
+from nodeagent.agent.runtime import logs
 from nodeagent.cli import client_commands as cli_commands
 from nodeagent.cli.client import _error_message
 from nodeagent.cli.client_commands import LogFollower, UsageError, pod_ref, socket_path_from_config
@@ -50,7 +51,8 @@ class FakeAgent:
         self.logs: dict[tuple[str, str, str], list[str]] = {}
         self.deleted: list[tuple[str, str, int | None]] = []
         self.created: list[dict[str, Any]] = []
-        self.log_calls: list[tuple[str | None, int | None]] = []
+        self.log_calls: list[tuple[str | None, bool]] = []
+        self.log_dir = tempfile.TemporaryDirectory()
         self.on_log: Callable[[FakeAgent, int], None] | None = None
         self.event_list: list[dict[str, Any]] = []
         self.fail_node = False
@@ -95,8 +97,9 @@ class FakeAgent:
         self.deleted.append((ns, name, grace))
         return self.pods.pop((ns, name), None)
 
-    def read_log(self, ns: str, name: str, container: str | None, tail: int | None) -> str | None:
-        self.log_calls.append((container, tail))
+    def log_source(self, ns: str, name: str, container: str | None, previous: bool) -> logs.LogSource | None:
+        """The lines of `logs` written to a file, as the agent's log files are."""
+        self.log_calls.append((container, previous))
         if self.on_log is not None:
             self.on_log(self, len(self.log_calls))
         pod = self.pods.get((ns, name))
@@ -109,10 +112,9 @@ class FakeAgent:
             container = names[0]
         if container not in names:
             return None
-        lines = self.logs.get((ns, name, container), [])
-        if tail is not None:
-            lines = lines[-tail:] if tail else []
-        return "".join(line + "\n" for line in lines)
+        path = Path(self.log_dir.name) / f"{ns}_{name}_{container}.log"
+        path.write_text("".join(line + "\n" for line in self.logs.get((ns, name, container), [])))
+        return logs.LogSource(str(path), lambda: False)
 
     def events(self) -> list[dict[str, Any]]:
         return self.event_list
@@ -406,7 +408,7 @@ def test_logs_plain_tail_and_container(server: AgentServer, agent: FakeAgent,
     agent.logs[("default", "two", "b")] = ["from b"]
     assert run(capsys, "logs", "default/web", *sock(server))[:2] == (0, "one\ntwo\nthree\n")
     assert run(capsys, "logs", "web", "--tail", "1", *sock(server))[:2] == (0, "three\n")
-    assert agent.log_calls[-1] == (None, 1)
+    assert agent.log_calls[-1] == (None, False)
     assert run(capsys, "logs", "two", "-c", "b", *sock(server))[:2] == (0, "from b\n")
     rc, out, err = run(capsys, "logs", "two", *sock(server))
     assert (rc, out, err) == (1, "", "nodeagent: container: a container name must be given: one of a, b\n")
@@ -433,7 +435,6 @@ def test_follow_prints_each_line_once_until_the_pod_finishes(
     rc, out, err = _follow(capsys, server, "--tail", "1")
     assert (rc, err) == (0, "")
     assert out == "same\n" + "".join(f"line {n}\nsame\n" for n in range(2, 5))
-    assert agent.log_calls[0] == (None, cli_commands.FOLLOW_WINDOW)  # a full window to match
     assert len(agent.log_calls) == 5  # the 5th poll sees Succeeded, reads the rest and stops
 
 
@@ -455,7 +456,6 @@ def test_follow_beyond_the_window_and_until_the_pod_is_deleted(
     rc, out, err = _follow(capsys, server)
     assert (rc, err) == (0, "")
     assert out == "".join(f"l{i}\n" for i in range(10))
-    assert agent.log_calls[0] == (None, None)  # no --tail: the whole log first
 
 
 def test_follow_shows_a_restarted_container_from_its_start(

@@ -27,8 +27,10 @@ from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.eviction import add_eviction
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
-from nodeagent.cluster.apiserver.metrics_api import start_metrics
+from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
+from nodeagent.cluster.apiserver.podexec import add_pod_exec
+from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
@@ -109,6 +111,7 @@ class ControlPlane:
         registry = self.registry = Registry(store, self.clock, plugins=plugins(self.clock))
         runner: web.AppRunner | None = None
         recorder: EventRecorder | None = None
+        pod_log: AgentProxy | None = None
         tasks = GuardedTasks("server")
         tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
                     forever=True)
@@ -125,7 +128,10 @@ class ControlPlane:
             add_binding(registry, settings)
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
-            metrics = await start_metrics(registry, self.config, self.clock, tasks)  # kubectl top, the HPA
+            credentials = await agent_credentials(self.config, self.clock)  # how the server dials the agents
+            pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
+            add_pod_exec(settings, pod_log)  # kubectl exec
+            metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top, the HPA
             await self._controller_manager(registry, tasks, metrics.store)
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)
@@ -154,6 +160,8 @@ class ControlPlane:
             await registry.close()
             if runner is not None:
                 await runner.cleanup()
+            if pod_log is not None:
+                await pod_log.close()
             await store.close()
 
     async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:

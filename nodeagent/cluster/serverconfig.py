@@ -24,7 +24,7 @@
       tokenAuthFile: /etc/nodeagent/tokens.csv   # kube-apiserver's flag names (cluster/auth/config.py)
       authorizationMode: [Node, RBAC]
     metricResolution: 15s       # how often the agents' /metrics/resource is scraped (1s at the least)
-    metricsScrape:              # how the server authenticates to the agents it scrapes
+    metricsScrape:              # how the server authenticates to the agents (scrape, logs, exec)
       tokenFile: /etc/nodeagent/agent-token      # a bearer token the agents' tokenFile holds
       caFile: /etc/nodeagent/agent-ca.crt        # verifies the agents' serving certificates
       insecureSkipTLSVerify: false               # metrics-server's --kubelet-insecure-tls

@@ -208,7 +208,9 @@ class Authenticator:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         peer = peer_of(request)
-        d = decide(self.mode, self.token, peer, request.method, request.path,
+        # a WebSocket upgrade (exec) carries input to the node: it is a write, whatever its method
+        method = "POST" if request.headers.get("Upgrade", "").lower() == "websocket" else request.method
+        d = decide(self.mode, self.token, peer, method, request.path,
                    request.headers.get("Authorization"), loopback_reads=self.loopback_reads)
         if not d.allowed:
             log.info("api_request_denied", method=request.method, path=request.path, code=d.code,

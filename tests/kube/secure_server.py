@@ -25,14 +25,15 @@ def free_port() -> int:
 
 
 class SecureServer:
-    def __init__(self, tmp: Path, *, cwd: Path | None = None) -> None:
+    def __init__(self, tmp: Path, *, cwd: Path | None = None, extra_config: str = "") -> None:
+        """`extra_config`: more top-level keys of server.yaml (YAML lines)."""
         self.tmp = tmp
         self.cwd = cwd
         self.port = free_port()
         (tmp / "tokens.csv").write_text('admintoken,admin,1,"system:masters"\n')
         self.config = tmp / "server.yaml"
         self.config.write_text(f"port: {self.port}\nstorage: {{backend: sqlite, path: {tmp}/data/state.db}}\n"
-                               f"logging: {{format: json}}\nsecurity:\n  tokenAuthFile: {tmp}/tokens.csv\n")
+                               f"logging: {{format: json}}\nsecurity:\n  tokenAuthFile: {tmp}/tokens.csv\n" + extra_config)
         self.log_path = tmp / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()

@@ -28,6 +28,8 @@ from nodeagent.agent.node.reporter import NodeReporter
 from nodeagent.agent.pods.errors import AdmissionError
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
+from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.logs import LogSource
 from nodeagent.core.clock import Clock
 
 CHECKPOINT_PROBLEMS_ANNOTATION = "nodeagent.io/checkpoint-problems"
@@ -73,8 +75,11 @@ class Backend(AgentBackend, SnapshotProvider):
                          patch_type: str) -> dict[str, Any] | None:
         return await self.pods.resize_pod(namespace, name, patch, patch_type)
 
-    def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
-        return self.pods.read_log(namespace, name, container, tail)
+    def log_source(self, namespace: str, name: str, container: str | None, previous: bool) -> LogSource | None:
+        return self.pods.log_source(namespace, name, container, previous)
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        return self.pods.exec_target(namespace, name, container)
 
     def events(self) -> list[dict[str, Any]]:
         return self.recorder.list()

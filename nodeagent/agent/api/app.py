@@ -7,13 +7,14 @@ objects (see api/status.py); all policy lives behind AgentBackend.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from typing import Any
 
 from aiohttp import web
 
 from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists, DurabilityError
+from nodeagent.agent.api.exec import exec_handler
 from nodeagent.agent.api.metrics import Metrics
+from nodeagent.agent.runtime import logs
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.auth import Authenticator
@@ -170,20 +171,80 @@ async def resize_pod(request: web.Request) -> web.Response:
     return web.json_response(pod)
 
 
-async def read_log(request: web.Request) -> web.Response:
+def _bool_param(request: web.Request, key: str) -> bool:
+    raw = request.query.get(key)
+    if raw is None or raw.lower() in ("", "false", "0"):
+        return False
+    if raw.lower() in ("true", "1"):
+        return True
+    raise StatusError(400, f"{key} must be true or false, got {raw[:40]!r}")
+
+
+FOLLOW_POLL_S = 0.2  # how often a follower looks for new output (the container writes its file itself)
+LOG_CHUNK = 256 * 1024
+
+
+async def read_log(request: web.Request) -> web.StreamResponse:
+    """GET pods/<name>/log, the kubelet's containerLogs: container, previous, tailLines, limitBytes,
+    follow (stream until the run ends or the client goes). The container writes its log file
+    itself, so no line carries the time it was written: timestamps, sinceSeconds and sinceTime
+    are refused (400) rather than answered with invented times."""
     ns, name = request.match_info["ns"], request.match_info["name"]
     container = request.query.get("container") or None
     tail = _int_param(request, "tailLines")
+    limit = _int_param(request, "limitBytes")
+    follow, previous = _bool_param(request, "follow"), _bool_param(request, "previous")
+    for key in ("sinceSeconds", "sinceTime"):
+        if request.query.get(key):
+            raise StatusError(400, f"{key} is not supported: this node's container logs carry no per-line times")
+    if _bool_param(request, "timestamps"):
+        raise StatusError(400, "timestamps is not supported: this node's container logs carry no per-line times")
+    if limit == 0:
+        raise StatusError(400, "limitBytes must be greater than 0")
     try:
-        text = _backend(request).read_log(ns, name, container, tail)
-        if inspect.isawaitable(text):
-            text = await text
+        source = _backend(request).log_source(ns, name, container, previous)
     except FieldError as e:  # e.g. several containers and none named
         raise StatusError(400, str(e)) from None
-    if text is None:
+    except logs.LogUnavailable as e:
+        raise StatusError(400, str(e), name=name) from None
+    if source is None:
         what = f'container "{container}" of pod' if container else "pod"
         raise StatusError(404, f'{what} "{name}" not found in namespace "{ns}"', name=name)
-    return web.Response(text=text, content_type="text/plain")
+    follow = follow and not previous
+    if tail is not None:
+        head, size = await asyncio.to_thread(logs.tail_bytes, source.path, tail)
+        reader = logs.LogReader(source.path, size, until_size=None if follow else size)
+    else:
+        head, reader = b"", await asyncio.to_thread(logs.LogReader.whole, source.path, follow=follow)
+    resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
+    left = limit if limit is not None else -1
+    try:
+        await resp.prepare(request)
+        chunk = head
+        while True:
+            if chunk:
+                if left >= 0:
+                    chunk = chunk[:left]
+                    left -= len(chunk)
+                await resp.write(chunk)
+                if left == 0:
+                    break
+            alive = follow and source.running()
+            chunk = await asyncio.to_thread(reader.read, LOG_CHUNK)
+            if not chunk:
+                if not alive:
+                    break
+                await asyncio.sleep(FOLLOW_POLL_S)
+        await resp.write_eof()
+    except ConnectionResetError:
+        pass  # the client went (kubectl logs -f ended by the user)
+    finally:
+        reader.close()
+    return resp
+
+
+async def exec_pod(request: web.Request) -> web.StreamResponse:
+    return await exec_handler(request, _backend(request))
 
 
 async def reload_config(request: web.Request) -> web.Response:
@@ -221,6 +282,7 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authentica
     app.router.add_get(pod, get_pod)
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
+    app.router.add_get(pod + "/exec", exec_pod)
     app.router.add_get(pod + "/resize", get_pod)
     app.router.add_patch(pod + "/resize", resize_pod)
     app.router.add_get("/api/v1/events", list_events)

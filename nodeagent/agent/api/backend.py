@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
+from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.logs import LogSource
 
 __all__ = ["AdmissionError", "AgentBackend", "AlreadyExists", "DurabilityError"]
 
@@ -44,11 +46,19 @@ class AgentBackend(Protocol):
         """Begin terminating the pod; None if there is no such pod."""
         ...
 
-    def read_log(self, namespace: str, name: str, container: str | None,
-                 tail: int | None) -> str | None:
-        """The container's log (the only container if None); the last `tail` lines if set
-        (0: none). None if the pod or container is unknown; FieldError (400 BadRequest) if the request
-        is ambiguous, e.g. no container named in a pod with several."""
+    def log_source(self, namespace: str, name: str, container: str | None,
+                   previous: bool) -> LogSource | None:
+        """Where the container's log is (the only app container if None; the run before the
+        current one with `previous`) and whether its run still writes to it. None if the pod or
+        container is unknown; FieldError (400) if no container is named in a pod with several;
+        LogUnavailable (400) if there is no such log yet."""
+        ...
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        """Where `kubectl exec` runs a command: the running container's cgroup, env, working
+        directory and identity (the only app container if None). None if the pod or container is
+        unknown; FieldError if no container is named in a pod with several; ExecUnavailable if
+        the container is not running or cannot be exec'd into."""
         ...
 
     def events(self) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,9 +43,11 @@ from nodeagent.agent.pods.plan import PodPlan
 from nodeagent.agent.pods.resize import Resizes
 from nodeagent.agent.pods.stats_targets import stats_target
 from nodeagent.agent.pods.worker import PodEnv, PodWorker
+from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import scan_shims
-from nodeagent.agent.runtime.state import Running
+from nodeagent.agent.runtime.exec_session import ExecUnavailable
+from nodeagent.agent.runtime.state import Running, Waiting
 from nodeagent.agent.stats.targets import PodTarget
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod, parse_pod
@@ -369,19 +372,75 @@ class PodManager:
         self.update_qos_cgroups()
         self._changed(worker)
 
-    def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
+    def log_source(self, namespace: str, name: str, container: str | None,
+                   previous: bool = False) -> logs.LogSource | None:
+        """Where a container's log is: its current run's file (or the run before it with
+        `previous`) and whether that run still writes to it. None if the pod or the container is
+        unknown; FieldError if no container is named and the pod has several; LogUnavailable (the
+        kubelet's words) if the container has not started yet or has no previous run."""
         worker = self.pods.get((namespace, name))
         if worker is None:
             return None
         if container is None:
-            if len(worker.workers) != 1:
-                raise FieldError("container", "a container name must be given: one of "
-                                 + ", ".join(worker.workers))
-            container = next(iter(worker.workers))
+            names = [c.name for c in worker.plan.containers]
+            if len(names) != 1:
+                raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
+            container = names[0]
+        if worker.plan.any_container(container) is None:
+            return None
         cw = worker.workers.get(container)
         if cw is None:
+            raise logs.LogUnavailable(f'container "{container}" in pod "{name}" is waiting to start: '
+                                      "PodInitializing")
+        run = cw.status.restart_count
+        if previous:
+            path = logs.run_log_path(cw.config.log_dir, run - 1) if run > 0 else None
+            if path is None or not os.path.exists(path):
+                raise logs.LogUnavailable(f'previous terminated container "{container}" in pod "{name}" not found')
+            return logs.LogSource(path, lambda: False)
+        path = cw.log_path
+        if not os.path.exists(path):
+            state = cw.status.state
+            reason = state.reason if isinstance(state, Waiting) else "ContainerCreating"
+            raise logs.LogUnavailable(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+
+        def running() -> bool:
+            return (self.pods.get((namespace, name)) is worker and worker.workers.get(container) is cw
+                    and cw.status.restart_count == run and cw.pid is not None)
+
+        return logs.LogSource(path, running)
+
+    def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
+        """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
+        working directory and identity while it runs."""
+        worker = self.pods.get((namespace, name))
+        if worker is None:
             return None
-        lines = logs.tail(cw.log_path, tail if tail is not None else 10**9)
+        if container is None:
+            names = [c.name for c in worker.plan.containers]
+            if len(names) != 1:
+                raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
+            container = names[0]
+        plan = worker.plan.any_container(container)
+        if plan is None:
+            return None
+        if plan.from_image:
+            raise ExecUnavailable(f'container "{container}" in pod "{name}" runs from an image: exec into image '
+                                  "containers is not supported yet")
+        target = worker.exec_target(container)
+        if target is None:
+            raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
+        return target
+
+    def read_log(self, namespace: str, name: str, container: str | None, tail: int | None) -> str | None:
+        """The log as text at once (blocking reads; tests and small logs): see log_source."""
+        try:
+            source = self.log_source(namespace, name, container)
+        except logs.LogUnavailable:
+            return ""
+        if source is None:
+            return None
+        lines = logs.tail(source.path, tail if tail is not None else 10**9)
         return "".join(line + "\n" for line in lines)
 
     def rotate_logs(self) -> None:

@@ -25,11 +25,13 @@ Rotated files are plain text (the kubelet gzips them).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from nodeagent.core.errors import FieldError
 
@@ -195,26 +197,28 @@ def remove_pod_dir(pod_dir: str) -> None:
     shutil.rmtree(pod_dir, ignore_errors=True)
 
 
-def tail(path: str, n: int = 100) -> list[str]:
-    """The last `n` lines of a run's log, reading back through the rotated copies as one stream.
+def tail_bytes(path: str, n: int) -> tuple[bytes, int]:
+    """The last `n` lines of a run's log as its raw bytes, reading back through the rotated copies
+    as one stream, and the live file's size when it was read (where a follower goes on from).
 
     A final line without newline counts; a line cut in two by a rotation reads as one line.
     """
     if n < 0:
         raise FieldError("tailLines", f"{n} must not be negative")
-    if n == 0:
-        return []
+    live_size = 0
     chunks: list[bytes] = []  # newest first
     newlines = 0
     complete = True  # reached the very beginning of the oldest copy
-    for p in [path, *rotated_files(path)]:
+    for i, p in enumerate([path, *rotated_files(path)]):
         try:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
         try:
             pos = os.fstat(fd).st_size
-            while pos > 0 and newlines <= n:
+            if i == 0:
+                live_size = pos
+            while n and pos > 0 and newlines <= n:
                 step = min(_BLOCK, pos)
                 pos -= step
                 data = os.pread(fd, step, pos)
@@ -225,9 +229,138 @@ def tail(path: str, n: int = 100) -> list[str]:
         if newlines > n:
             complete = False
             break
-    lines = b"".join(reversed(chunks)).split(b"\n")
-    if lines and lines[-1] == b"":
+    if n == 0:
+        return b"", live_size
+    data = b"".join(reversed(chunks))
+    lines = data.split(b"\n")
+    ends_open = bool(lines) and lines[-1] != b""  # the last line has no newline yet
+    if not ends_open:
         lines.pop()
     if not complete:
         lines = lines[1:]  # the first piece may be the end of a longer line
-    return [line.decode("utf-8", "replace") for line in lines[-n:]]
+    kept = lines[-n:]
+    return b"\n".join(kept) + (b"" if ends_open or not kept else b"\n"), live_size
+
+
+def tail(path: str, n: int = 100) -> list[str]:
+    """The last `n` lines of a run's log (tail_bytes), decoded, without their newlines."""
+    data, _ = tail_bytes(path, n)
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line.decode("utf-8", "replace") for line in lines]
+
+
+class LogUnavailable(Exception):
+    """The log asked for does not exist (yet): a container waiting to start, no previous run.
+    The message is the kubelet's (a 400 BadRequest)."""
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """One run's log file and whether that run can still write to it (a follower stops once it
+    cannot and everything is read)."""
+
+    path: str
+    running: Callable[[], bool]
+
+
+class LogReader:
+    """A run's log read forward: what is left of the rotated copies (oldest first), then the live
+    file from an offset. Blocking reads (call in a thread); close() when done.
+
+    The rotated copies are opened at once, so a rotation renaming them meanwhile changes nothing.
+    The live file is cut in place by `rotate`: its head moves to a new `.1` (copy-collapse) or all
+    of it does and it is truncated (copy-truncate). A new `.1` (another inode) tells that happened:
+    the part of it not read yet is read first, and the offset moves back by its size. One rotation
+    between two reads is followed exactly; two would lose the middle copy's unread part.
+    With `until_size` the live file is read only up to that size (a read without follow ends at
+    what existed when it began, however fast the container writes).
+    """
+
+    def __init__(self, path: str, offset: int = 0, *, rotated: bool = False, until_size: int | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        self.until_size = until_size
+        self._pending: list[tuple[int, int, int | None]] = []  # (fd, position, end or None: to EOF)
+        if rotated:
+            for p in reversed(rotated_files(path)):
+                with contextlib.suppress(FileNotFoundError):
+                    self._pending.append((os.open(p, os.O_RDONLY | os.O_CLOEXEC), 0, None))
+        self._rotated = _identity(path + ".1")
+        self._fd: int | None = None
+
+    @classmethod
+    def whole(cls, path: str, *, follow: bool) -> LogReader:
+        """Everything the run wrote, rotated copies included."""
+        size = None if follow else _size(path)
+        return cls(path, 0, rotated=True, until_size=size)
+
+    def read(self, max_bytes: int = _BLOCK * 4) -> bytes:
+        """The next bytes (at most `max_bytes`); b"" when there is nothing new yet."""
+        while self._pending:
+            fd, pos, end = self._pending[0]
+            count = max_bytes if end is None else min(max_bytes, end - pos)
+            data = os.pread(fd, count, pos) if count > 0 else b""
+            if data:
+                self._pending[0] = (fd, pos + len(data), end)
+                return data
+            os.close(fd)
+            self._pending.pop(0)
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return b""
+        if self.until_size is None and self._rotation():
+            return self.read(max_bytes)
+        count = max_bytes if self.until_size is None else min(max_bytes, self.until_size - self.offset)
+        data = os.pread(self._fd, count, self.offset) if count > 0 else b""
+        self.offset += len(data)
+        return data
+
+    def _rotation(self) -> bool:
+        """Take a rotation since the last read into account; True if there was one."""
+        ident = _identity(self.path + ".1")
+        if ident is None or ident == self._rotated:
+            return False
+        self._rotated = ident
+        moved = ident[1]
+        try:
+            fd = os.open(self.path + ".1", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        if os.fstat(fd).st_ino != ident[0] or self.offset >= moved:
+            os.close(fd)
+        else:
+            self._pending.append((fd, self.offset, moved))
+        assert self._fd is not None
+        live = os.fstat(self._fd).st_size
+        self.offset = max(0, self.offset - moved)
+        if self.offset > live:  # copy-truncate lost what came between its last copy and the truncate
+            self.offset = 0
+        return True
+
+    def close(self) -> None:
+        for fd, _, _ in self._pending:
+            os.close(fd)
+        self._pending = []
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(inode, size) of a file, None if it is not there."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0

@@ -237,6 +237,37 @@ def spawn_ready(spec: LaunchSpec, log_path: str, procs_files: Sequence[str] = ()
     return spawn(spec, log_path, procs_files, oom_score_adj, ready=True)
 
 
+def spawn_stdio(spec: LaunchSpec, procs_files: Sequence[str] = (), oom_score_adj: int | None = None, *,
+                stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
+                tty: str | None = None) -> Spawned:
+    """Start a command in a container (an exec session) with the caller's descriptors as its
+    stdin/stdout/stderr (None: /dev/null), or with the terminal at path `tty` as all three. The
+    child starts a new session before it opens the terminal, so the terminal becomes its
+    controlling one (job control and ^C work in `kubectl exec -it`). Same shim as spawn()."""
+    if tty is not None:
+        actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
+            (os.POSIX_SPAWN_OPEN, 0, tty, os.O_RDWR, 0), (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
+    else:
+        actions = []
+        for target, source in ((0, stdin), (1, stdout), (2, stderr)):
+            if source is None:
+                mode = os.O_RDONLY if target == 0 else os.O_WRONLY
+                actions.append((os.POSIX_SPAWN_OPEN, target, "/dev/null", mode, 0))
+            else:
+                if source <= 2:
+                    raise FieldError("stdio", f"descriptor {source} would be overwritten in the child")
+                actions.append((os.POSIX_SPAWN_DUP2, source, target))
+    for i, f in enumerate(procs_files):
+        if not os.path.isabs(f) or "\0" in f:
+            raise FieldError(f"procs_files[{i}]", f"{f!r} must be an absolute path")
+    pid = os.posix_spawn(SHELL, shim_argv(spec, procs_files, oom_score_adj), dict(spec.env), file_actions=actions,
+                         setsid=True, setsigdef=_SIGDEF, setsigmask=())
+    start = process_start_time(pid)
+    if start is None:
+        raise ChildProcessError(f"spawned pid {pid} vanished before it could be identified")
+    return Spawned(pid, start, None)
+
+
 def _ready_pipe() -> tuple[int, int]:
     """A close-on-exec pipe whose ends are above the numbers the child's dup2s target."""
     r, w = os.pipe()

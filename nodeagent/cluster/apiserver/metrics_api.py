@@ -18,6 +18,7 @@ import asyncio
 import math
 import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,18 @@ async def _run(scraper: Scraper, fetcher: AgentFetcher) -> None:
         await fetcher.close()
 
 
-async def start_metrics(registry: Registry, config: ServerConfig, clock: Clock, tasks: GuardedTasks) -> MetricsAPI:
-    """The scrape loop as a guarded task and the API over its store (controlplane.py calls this)."""
+@dataclass(frozen=True)
+class AgentCredentials:
+    """How the server dials agents (the metrics scrape, pods/log): TLS context (the agents' CA,
+    the server's client certificate when security is on) and the bearer token of metricsScrape."""
+
+    ssl_context: ssl.SSLContext
+    token: str | None
+    timeout: float
+
+
+async def agent_credentials(config: ServerConfig, clock: Clock) -> AgentCredentials:
+    """Read and make them once at start (the certificate is issued, the token file read)."""
     scrape = config.metrics_scrape
     client_cert = None
     if config.security is not None:
@@ -202,11 +213,19 @@ async def start_metrics(registry: Registry, config: ServerConfig, clock: Clock, 
     if scrape.token_file:
         token = (await asyncio.to_thread(Path(scrape.token_file).read_text)).strip() or None
     ctx = scrape_ssl_context(scrape.ca_file, scrape.insecure_skip_tls_verify, client_cert)
+    return AgentCredentials(ctx, token, scrape.timeout)
+
+
+async def start_metrics(registry: Registry, config: ServerConfig, clock: Clock, tasks: GuardedTasks,
+                        credentials: AgentCredentials | None = None) -> MetricsAPI:
+    """The scrape loop as a guarded task and the API over its store (controlplane.py calls this)."""
+    scrape = config.metrics_scrape
+    creds = credentials or await agent_credentials(config, clock)
     capacity = 8
     if config.horizontal_pod_autoscaler.fast:  # the fast HPA reads 30 s windows of the samples
         capacity = max(capacity, math.ceil(FastConfig().steady_metric_window / config.metric_resolution) + 2)
     store = MetricsStore(config.metric_resolution, capacity=capacity)
-    fetcher = AgentFetcher(ctx, token, request_timeout=scrape.timeout)
+    fetcher = AgentFetcher(creds.ssl_context, creds.token, request_timeout=scrape.timeout)
     nodes = registry.resource("", "v1", "nodes")
 
     async def list_nodes() -> list[dict[str, Any]]:
@@ -215,6 +234,7 @@ async def start_metrics(registry: Registry, config: ServerConfig, clock: Clock, 
     scraper = Scraper(list_nodes, fetcher, store, timeout=min(scrape.timeout, 0.8 * config.metric_resolution),
                       clock=clock)
     tasks.start(_run(scraper, fetcher), name="metrics-scraper", forever=True)
-    log.info("metrics_scraper_started", resolution=config.metric_resolution, client_certificate=client_cert is not None,
-             token=token is not None, ca_file=scrape.ca_file, insecure=scrape.insecure_skip_tls_verify)
+    log.info("metrics_scraper_started", resolution=config.metric_resolution,
+             client_certificate=config.security is not None, token=creds.token is not None,
+             ca_file=scrape.ca_file, insecure=scrape.insecure_skip_tls_verify)
     return MetricsAPI(registry, store, clock)

@@ -10,6 +10,7 @@ the same authorizer chain; kubectl posts them as protobuf, decoded by the auth r
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from aiohttp import web
 from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.auth import protobuf
 from nodeagent.cluster.auth import reviews as auth_reviews
-from nodeagent.cluster.auth.attributes import RBAC_GROUP, forbidden_status, unauthorized_status
+from nodeagent.cluster.auth.attributes import RBAC_GROUP, Attributes, forbidden_status, unauthorized_status
 from nodeagent.cluster.auth.authenticator import Anonymous, Authenticator, BearerTokenAuthenticator
 from nodeagent.cluster.auth.authorizer import Authorizer, build_authorizer
 from nodeagent.cluster.auth.escalation import EscalationCheck
@@ -40,6 +41,7 @@ from nodeagent.core.errors import ValidationErrors
 
 log = structlog.get_logger(__name__)
 
+STREAMING_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
 USER_KEY = "nodeagent.user"  # where the request's (impersonated) user is kept for the handlers
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -91,12 +93,23 @@ def security_middleware(security: Security) -> Callable[[web.Request, Handler], 
         except RequestInfoError:
             raise errors.path_not_found() from None
         decision = security.authorizer.authorize(attrs)
+        if decision.allowed and attrs.verb == "get" and _streaming_upgrade(request, attrs):
+            attrs = dataclasses.replace(attrs, verb="create")
+            decision = security.authorizer.authorize(attrs)
         if not decision.allowed:
             return json_response(forbidden_status(attrs, decision.reason), 403)
         request[USER_KEY] = user
         return await handler(request)
 
     return middleware
+
+
+def _streaming_upgrade(request: web.Request, attrs: Attributes) -> bool:
+    """A WebSocket GET that starts a pod's stream (exec, attach, portforward) needs `create` as well,
+    as SPDY's POST does (kube 1.35's AuthorizePodWebsocketUpgradeCreatePermission, on by default)."""
+    return (attrs.resource_request and attrs.api_group == "" and attrs.resource == "pods"
+            and attrs.subresource in STREAMING_SUBRESOURCES
+            and request.headers.get("Upgrade", "").lower() == "websocket")
 
 
 async def review(request: web.Request, security: Security, kind: str) -> web.Response:

@@ -1,0 +1,109 @@
+"""GET pods/<name>/exec over WebSocket (`v5.channel.k8s.io`, or v4): the kubelet's exec endpoint.
+
+The request is upgraded first and every later problem (no such pod or container, a container not
+running, a command that cannot start) is a Failure Status on the error channel, as the kubelet's
+WebSocket streams report them: the control plane relays the session frame by frame, and an
+answer before the upgrade would only make kubectl retry over SPDY and lose the message. The
+command runs as the container's (runtime/exec_session.py); when the client goes first the command's
+process group is killed, so nothing is left behind. The protocol's pure parts are core/remotecommand.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+from aiohttp import WSMsgType, web
+
+from nodeagent.agent.api.backend import AgentBackend
+from nodeagent.agent.runtime.exec_session import ExecSession, ExecUnavailable
+from nodeagent.agent.runtime.spawn import LaunchSpec
+from nodeagent.core import remotecommand as rc
+from nodeagent.daemonkit.status import StatusError
+
+log = structlog.get_logger(__name__)
+
+
+async def _failure(ws: web.WebSocketResponse, message: str, reason: str, code: int) -> web.WebSocketResponse:
+    await ws.send_bytes(rc.frame(rc.ERROR, rc.failure_status(message, reason, code)))
+    await ws.close()
+    return ws
+
+
+async def exec_handler(request: web.Request, backend: AgentBackend) -> web.StreamResponse:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    ws = web.WebSocketResponse(protocols=rc.PROTOCOLS, heartbeat=30.0)
+    ready = ws.can_prepare(request)
+    if not ready.ok:
+        raise StatusError(400, "Upgrade request required: exec speaks WebSocket (v5.channel.k8s.io)")
+    if ready.protocol is None:
+        raise StatusError(400, f"the client offers none of the protocols {', '.join(rc.PROTOCOLS)}")
+    await ws.prepare(request)
+    try:
+        opts = rc.exec_options(request.query)
+    except ValueError as e:
+        return await _failure(ws, str(e), "BadRequest", 400)
+    try:
+        target = backend.exec_target(ns, name, opts.container or None)
+        if target is None:
+            what = f'container "{opts.container}" of pod' if opts.container else "pod"
+            return await _failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
+        spec = LaunchSpec(opts.command, dict(target.env), target.working_dir, target.run_as_user, target.run_as_group)
+        files = target.cgroup.procs_files() if target.cgroup is not None else []
+        session = ExecSession.start(spec, files, target.oom_score_adj, stdin=opts.stdin, stdout=opts.stdout,
+                                    stderr=opts.stderr and not opts.tty, tty=opts.tty)
+    except (ValueError, ExecUnavailable) as e:  # FieldError is a ValueError
+        return await _failure(ws, str(e), "BadRequest", 400)
+    except OSError as e:
+        return await _failure(ws, f"cannot start {list(opts.command)}: {e}", "InternalError", 500)
+    log.info("exec_started", pod=f"{ns}/{name}", container=opts.container, pid=session.pid, tty=opts.tty)
+    try:
+        code = await _serve(ws, session, v5=ready.protocol == rc.V5)
+    finally:
+        session.close()
+    if code is not None:
+        log.info("exec_finished", pod=f"{ns}/{name}", container=opts.container, exit_code=code)
+        with contextlib.suppress(ConnectionResetError):
+            await ws.send_bytes(rc.frame(rc.ERROR, rc.exit_status(code, opts.command)))
+    await ws.close()
+    return ws
+
+
+async def _serve(ws: web.WebSocketResponse, session: ExecSession, *, v5: bool) -> int | None:
+    """Pump both ways until the command has exited and its output is sent (its exit code), or the
+    client went (None; the command is killed)."""
+
+    async def output() -> int:
+        while (item := await session.read()) is not None:
+            channel, data = item
+            await ws.send_bytes(rc.frame(channel, data))
+        return await session.exit_code
+
+    async def client() -> None:
+        async for msg in ws:
+            if msg.type != WSMsgType.BINARY or not msg.data:
+                continue
+            channel, data = msg.data[0], msg.data[1:]
+            if channel == rc.STDIN:
+                await session.write_stdin(data)
+            elif channel == rc.RESIZE:
+                size = rc.parse_resize(data)
+                if size is not None:
+                    session.resize(*size)
+            elif channel == rc.CLOSE and v5 and data[:1] == bytes((rc.STDIN,)):
+                session.close_stdin()
+
+    out = asyncio.ensure_future(output())
+    inp = asyncio.ensure_future(client())
+    try:
+        await asyncio.wait({out, inp}, return_when=asyncio.FIRST_COMPLETED)
+        if out.done() and out.exception() is None:
+            return out.result()
+        return None
+    finally:
+        if not out.done() or out.exception() is not None:
+            session.kill()  # the client went (or its connection failed) before the command ended
+        for task in (out, inp):
+            task.cancel()
+        await asyncio.gather(out, inp, return_exceptions=True)
