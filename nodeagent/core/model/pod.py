@@ -111,7 +111,7 @@ class Container(KubeModel):
     image_pull_policy: str | None = None
     # Kubernetes fields with no meaning here yet: kept as given, never acted on.
     ports: list[dict[str, Any]] = []
-    volume_mounts: list[dict[str, Any]] = []
+    volume_mounts: list[dict[str, Any]] = []  # checked in validation.py (model/volume.py)
 
     _written_when_set: ClassVar[frozenset[str]] = frozenset(
         {"termination_message_path", "termination_message_policy"}
@@ -164,7 +164,7 @@ class PodSpec(KubeModel):
     tolerations: list[Toleration] = []
     node_name: Subdomain | None = None
     service_account_name: Subdomain | None = None
-    volumes: list[dict[str, Any]] = []  # opaque, so that volumeMounts stay meaningful to readers
+    volumes: list[dict[str, Any]] = []  # plain dicts, checked in validation.py (model/volume.py)
 
     @model_validator(mode="before")
     @classmethod
