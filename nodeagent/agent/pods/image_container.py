@@ -17,6 +17,9 @@ Before the first start (`prepare`, on the loop; every blocking part on a thread)
      FieldError (an image user that does not exist, nothing to run) is Waiting
      CreateContainerConfigError with an event Failed; an OSError (a mount) is Waiting
      CreateContainerError; both are tried again with the kubelet's 10 s doubling back-off.
+     The pod's volumes are made first (volume_setup.py) and bound at their mountPaths: a volume
+     that cannot be made is CreateContainerError (an OSError) or CreateContainerConfigError (a
+     missing ConfigMap/Secret, a subPath leaving its volume), named in the message.
 Before a restart only step 3 runs again: a restarted container starts from its image.
 
 The spawner (OciRuntime.monitor_spawner) starts `runc run` in the pod's sandbox cgroup; the
@@ -43,6 +46,7 @@ from nodeagent.agent.images.manager import ImageManager, PodRef
 from nodeagent.agent.images.records import ImageRecord
 from nodeagent.agent.images.store import atomic_write
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan
+from nodeagent.agent.pods.volume_setup import PodVolumeHost
 from nodeagent.agent.runtime.oci.bundle import ContainerBundle, Mount, bind, container_bundle, hosts_file
 from nodeagent.agent.runtime.oci.runtime import OCI_CGROUP, BundleDirs, OciRuntime, cgroups_path, container_id
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
@@ -102,7 +106,8 @@ def etc_mounts(etc_dir: str, hostname: str, resolv_conf: str = HOST_RESOLV_CONF)
 class ImageContainer:
     def __init__(self, plan: PodPlan, c: ContainerPlan, *, images: ImageManager, oci: OciRuntime,
                  driver: CgroupDriver, sandbox: Sandbox, sleep: Sleep = asyncio.sleep,
-                 on_event: OnEvent | None = None, resolv_conf: str = HOST_RESOLV_CONF) -> None:
+                 on_event: OnEvent | None = None, resolv_conf: str = HOST_RESOLV_CONF,
+                 volumes: PodVolumeHost | None = None) -> None:
         self.plan = plan
         self.c = c
         self.images = images
@@ -112,6 +117,7 @@ class ImageContainer:
         self._sleep = sleep
         self._on_event = on_event
         self._resolv_conf = resolv_conf
+        self.volumes = volumes  # the pod's volumes, shared by its containers (volume_setup.py)
         self.cid = container_id(plan.uid, c.name)
         self.holder = self.cid  # a lease holder is a file name: no '/'
         self.dirs = BundleDirs(os.path.join(plan.log_dir, "oci", c.name))
@@ -178,6 +184,8 @@ class ImageContainer:
         security = pod.spec.security_context
         hostname = pod_hostname(pod.metadata.name)
         mounts = etc_mounts(os.path.join(self.dirs.root, "etc"), hostname, self._resolv_conf)
+        if self.volumes is not None:
+            mounts += self.volumes.mounts(c.spec)
         return container_bundle(
             command=c.spec.command, args=c.spec.args, env=c.env, working_dir=c.spec.working_dir,
             run_as_user=security.run_as_user if security else None,
@@ -189,6 +197,8 @@ class ImageContainer:
     def _prepare_bundle(self) -> None:
         assert self.record is not None
         self.oci.delete(self.cid)  # what a killed monitor left: runc refuses an ID it still knows
+        if self.volumes is not None:
+            self.volumes.ensure()
         self.bundle = self.oci.prepare(self.dirs, self.images.lowerdirs(self.record), self.make_bundle, self.sandbox)
 
     # ---- removal ----
