@@ -8,9 +8,17 @@ from typing import Any
 import pytest
 
 from nodeagent.agent.pods.host_process import is_host_process_pod, runs_image
-from nodeagent.agent.pods.volume_files import VolumeFile, VolumeSourceError, format_map, volume_files
+from nodeagent.agent.pods.volume_files import (
+    VolumeFile,
+    VolumeSourceError,
+    VolumeSources,
+    config_map_data,
+    format_map,
+    secret_data,
+    volume_files,
+)
 from nodeagent.agent.pods.volume_plan import MountPlan, container_mounts, node_volume_errors, plan_volumes
-from nodeagent.core.downward import EnvSources, NodeFacts
+from nodeagent.core.downward import NodeFacts
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.model.volume import parse_volume
 
@@ -108,11 +116,11 @@ def test_what_the_node_refuses(volumes: list[dict[str, Any]], mounts: list[dict[
         assert is_host_process_pod(pod)
 
 
-SOURCES = EnvSources(config_maps={"conf": {"b.conf": "B", "a.conf": "A"}},
+SOURCES = VolumeSources(config_maps={"conf": {"b.conf": b"B", "a.conf": b"A"}},
                      secrets={"tls": {"tls.key": b"\x00key", "tls.crt": b"crt"}})
 
 
-def files(volume: dict[str, Any], sources: EnvSources = SOURCES, **pod_kw: Any) -> list[VolumeFile]:
+def files(volume: dict[str, Any], sources: VolumeSources = SOURCES, **pod_kw: Any) -> list[VolumeFile]:
     pod = make_pod([volume], **pod_kw)
     return list(volume_files(parse_volume(volume), pod, sources, NodeFacts()))
 
@@ -164,3 +172,13 @@ def test_a_missing_source_is_an_error_unless_optional(volume: dict[str, Any], me
 
 def test_format_map_sorts_and_quotes() -> None:
     assert format_map({"b": "2", "a": 'x"y\n'}) == 'a="x\\"y\\n"\nb="2"'
+
+
+def test_api_objects_decode_to_file_contents() -> None:
+    cm = {"metadata": {"name": "c"}, "data": {"a": "text"}, "binaryData": {"b": "AAEC"}}
+    assert config_map_data(cm) == {"a": b"text", "b": b"\x00\x01\x02"}
+    assert secret_data({"metadata": {"name": "s"}, "data": {"k": "c2VjcmV0"}}) == {"k": b"secret"}
+    assert config_map_data({"metadata": {"name": "e"}}) == {}
+    with pytest.raises(VolumeSourceError) as e:
+        secret_data({"metadata": {"name": "s"}, "data": {"k": "not base64!"}})
+    assert str(e.value) == "secret s: key k: not valid base64"

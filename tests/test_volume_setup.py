@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from nodeagent.agent.pods.volume_files import VolumeSourceError
+from nodeagent.agent.pods.volume_files import VolumeSourceError, VolumeSources
 from nodeagent.agent.pods.volume_plan import plan_volumes
 from nodeagent.agent.pods.volume_setup import (
     PodVolumeHost,
     SubPathError,
     VolumeSetupError,
     check_host_path,
+    fetch_sources,
     resolve_sub_path,
 )
-from nodeagent.core.downward import EnvSources
 from nodeagent.core.model import Pod, parse_pod
 
 
@@ -102,9 +102,11 @@ def test_pod_volumes_are_made_and_bound(tmp_path: Path) -> None:
         [{"name": "cache", "mountPath": "/cache"}, {"name": "conf", "mountPath": "/etc/app"},
          {"name": "h", "mountPath": "/h", "readOnly": True, "subPath": "logs"}])
     volumes = plan_volumes(pod, str(tmp_path / "pod"))
-    vh = PodVolumeHost(pod, volumes, sources=lambda: EnvSources(config_maps={"c": {"k": "v"}}))
-    vh.ensure()
-    vh.ensure()  # idempotent: every container start calls it
+    vh = PodVolumeHost(pod, volumes)
+    assert vh.needs_objects
+    vh.ensure(VolumeSources(config_maps={"c": {"k": b"v"}}))
+    vh.ensure()  # idempotent: every container start calls it (the files are written once)
+    assert not vh.needs_objects
     cache = Path(volumes.volumes["cache"].path)
     assert stat.S_IMODE(cache.stat().st_mode) == 0o777
     conf = Path(volumes.volumes["conf"].path) / "d" / "k"
@@ -140,3 +142,23 @@ def test_a_bad_host_path_names_the_volume(tmp_path: Path) -> None:
     with pytest.raises(VolumeSetupError) as e:
         vh.ensure()
     assert str(e.value).startswith('MountVolume.SetUp failed for volume "h": hostPath type check failed')
+
+
+async def test_fetch_sources_reads_each_named_object_once() -> None:
+    pod = make_pod([{"name": "a", "configMap": {"name": "conf"}}, {"name": "b", "secret": {"secretName": "tls"}},
+                    {"name": "p", "projected": {"sources": [{"configMap": {"name": "conf"}},
+                                                            {"secret": {"name": "gone", "optional": True}}]}},
+                    {"name": "e", "emptyDir": {}}], [])
+    asked: list[tuple[str, str, str]] = []
+    objects = {("configmaps", "conf"): {"metadata": {"name": "conf"}, "data": {"k": "v"}},
+               ("secrets", "tls"): {"metadata": {"name": "tls"}, "data": {"key": "cGVt"}}}
+
+    async def get(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        asked.append((resource, namespace, name))
+        return objects.get((resource, name))
+
+    sources = await fetch_sources(plan_volumes(pod, "/p"), "default", get)
+    assert sorted(asked) == [("configmaps", "default", "conf"), ("secrets", "default", "gone"),
+                             ("secrets", "default", "tls")]
+    assert sources.config_maps == {"conf": {"k": b"v"}} and sources.secrets == {"tls": {"key": b"pem"}}
+    assert await fetch_sources(plan_volumes(pod, "/p"), "default", None) == VolumeSources()

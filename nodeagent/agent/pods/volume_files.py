@@ -1,5 +1,7 @@
 """The files of configMap, secret, downwardAPI and projected volumes, as the kubelet's volume
-plugins make them. Pure: the ConfigMaps and Secrets come in as values (core.downward.EnvSources).
+plugins make them. Pure: the ConfigMaps and Secrets come in as values (VolumeSources, decoded from
+the API's objects by `config_map_data` / `secret_data`: `data` and base64 `binaryData` of a
+ConfigMap, base64 `data` of a Secret).
 
 - configMap / secret without `items`: one file per key, named after the key; with `items`: only
   the listed keys, each at its `path`. A missing object or listed key is an error
@@ -14,10 +16,14 @@ plugins make them. Pure: the ConfigMaps and Secrets come in as values (core.down
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from nodeagent.core.downward import EnvResolutionError, EnvSources, NodeFacts, field_value, resource_value
+from nodeagent.core.downward import EnvResolutionError, NodeFacts, field_value, resource_value
 from nodeagent.core.model import Pod
 from nodeagent.core.model.env import ObjectFieldSelector, ResourceFieldSelector
 from nodeagent.core.model.volume import KeyToPath, Projection, Volume
@@ -26,6 +32,40 @@ from nodeagent.core.quantity import parse_quantity
 
 class VolumeSourceError(ValueError):
     """A volume's files cannot be made (a missing ConfigMap, Secret or key)."""
+
+
+@dataclass(frozen=True)
+class VolumeSources:
+    """The ConfigMaps and Secrets of the pod's namespace the volumes name, by name (absent: not found)."""
+
+    config_maps: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
+    secrets: Mapping[str, Mapping[str, bytes]] = field(default_factory=dict)
+
+
+def _b64(kind: str, name: str, key: str, value: object) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError):
+        raise VolumeSourceError(f"{kind} {name}: key {key}: not valid base64") from None
+
+
+def config_map_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """A ConfigMap's keys as file contents: `data` (UTF-8) and `binaryData` (base64)."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    out = {str(k): str(v).encode() for k, v in (obj.get("data") or {}).items()}
+    out.update({str(k): _b64("configmap", name, k, v) for k, v in (obj.get("binaryData") or {}).items()})
+    return out
+
+
+def secret_data(obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """A Secret's keys as file contents (`data` is base64 on the wire)."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
+    return {str(k): _b64("secret", name, k, v) for k, v in (obj.get("data") or {}).items()}
+
+
+def needed_objects(volumes: tuple[Volume, ...]) -> set[tuple[str, str]]:
+    """(kind, name) of every ConfigMap ("configMap") and Secret ("secret") the volumes name."""
+    return {(p.kind, p.name) for v in volumes for p in v.projections if p.kind in ("configMap", "secret")}
 
 
 @dataclass(frozen=True)
@@ -79,21 +119,17 @@ def _downward(p: Projection, pod: Pod, facts: NodeFacts, default_mode: int) -> l
     return out
 
 
-def projection_files(p: Projection, pod: Pod, sources: EnvSources, facts: NodeFacts,
+def projection_files(p: Projection, pod: Pod, sources: VolumeSources, facts: NodeFacts,
                      default_mode: int) -> list[VolumeFile]:
     ns = pod.metadata.namespace
     if p.kind == "downwardAPI":
         return _downward(p, pod, facts, default_mode)
-    if p.kind == "configMap":
-        cm = sources.config_maps.get(p.name)
-        data = {k: v.encode() for k, v in cm.items()} if cm is not None else None
-        return _keyed(p.kind, p.name, data, p.items, p.optional, default_mode, ns)
-    secret = sources.secrets.get(p.name)
-    return _keyed(p.kind, p.name, dict(secret) if secret is not None else None, p.items, p.optional,
+    found = (sources.config_maps if p.kind == "configMap" else sources.secrets).get(p.name)
+    return _keyed(p.kind, p.name, dict(found) if found is not None else None, p.items, p.optional,
                   default_mode, ns)
 
 
-def volume_files(v: Volume, pod: Pod, sources: EnvSources, facts: NodeFacts) -> tuple[VolumeFile, ...]:
+def volume_files(v: Volume, pod: Pod, sources: VolumeSources, facts: NodeFacts) -> tuple[VolumeFile, ...]:
     """The files of one configMap, secret, downwardAPI or projected volume (later paths win)."""
     by_path: dict[str, VolumeFile] = {}
     for p in v.projections:

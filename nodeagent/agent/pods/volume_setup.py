@@ -17,28 +17,47 @@ CreateContainerConfigError), and a missing subPath directory is created inside t
 the kubelet does.
 
 `teardown()` unmounts the tmpfs volumes; the directories go with the pod's directory.
+
+`fetch_sources` (on the loop, before `ensure`) gets the ConfigMaps and Secrets the volumes name
+through an ObjectGetter: the agent's cluster client when it is joined to a server
+(cluster_client/objects.py); without one every object reads as not found.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import structlog
 
 from nodeagent.agent.images.store import atomic_write
-from nodeagent.agent.pods.volume_files import VolumeFile, VolumeSourceError, volume_files
+from nodeagent.agent.pods.volume_files import (
+    VolumeFile,
+    VolumeSourceError,
+    VolumeSources,
+    config_map_data,
+    needed_objects,
+    secret_data,
+    volume_files,
+)
 from nodeagent.agent.pods.volume_plan import API_DATA, MountPlan, PodVolumes, VolumePlan, container_mounts
 from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.bundle import Mount, bind
-from nodeagent.core.downward import EnvSources, NodeFacts
+from nodeagent.core.downward import NodeFacts
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import Pod
 from nodeagent.core.model.pod import Container
 
 log = structlog.get_logger(__name__)
+
+# (resource "configmaps"/"secrets", namespace, name) -> the object, None when not found; OSError when
+# it cannot be read now (the container waits, CreateContainerError, and is tried again)
+ObjectGetter = Callable[[str, str, str], Awaitable[Mapping[str, Any] | None]]
+_RESOURCES = {"configMap": "configmaps", "secret": "secrets"}
 
 EMPTY_DIR_MODE = 0o777
 _TYPE_CHECKS: dict[str, tuple[Callable[[int], bool], str]] = {
@@ -117,32 +136,54 @@ def write_files(root: str, files: tuple[VolumeFile, ...]) -> None:
         os.chmod(target, f.mode)
 
 
+async def fetch_sources(volumes: PodVolumes, namespace: str, get: ObjectGetter | None) -> VolumeSources:
+    """The ConfigMaps and Secrets `volumes` name, read concurrently (none without a getter)."""
+    wanted = sorted(needed_objects(tuple(v.volume for v in volumes.volumes.values())))
+    if not wanted or get is None:
+        return VolumeSources()
+    found = await asyncio.gather(*(get(_RESOURCES[kind], namespace, name) for kind, name in wanted))
+    config_maps: dict[str, dict[str, bytes]] = {}
+    secrets: dict[str, dict[str, bytes]] = {}
+    for (kind, name), obj in zip(wanted, found, strict=True):
+        if obj is None:
+            continue
+        if kind == "configMap":
+            config_maps[name] = config_map_data(obj)
+        else:
+            secrets[name] = secret_data(obj)
+    return VolumeSources(config_maps, secrets)
+
+
 class PodVolumeHost:
     """One pod's volumes on the host (see the module)."""
 
-    def __init__(self, pod: Pod, volumes: PodVolumes, sources: Callable[[], EnvSources] = EnvSources,
-                 facts: Callable[[], NodeFacts] = NodeFacts) -> None:
+    def __init__(self, pod: Pod, volumes: PodVolumes, facts: Callable[[], NodeFacts] = NodeFacts) -> None:
         self.pod = pod
         self.volumes = volumes
-        self._sources = sources
         self._facts = facts
         self._lock = threading.Lock()
         self._made: set[str] = set()
         self._log = log.bind(pod=pod.key)
 
-    def ensure(self) -> None:
+    @property
+    def needs_objects(self) -> bool:
+        """Some volume is made from ConfigMaps or Secrets not written yet (fetch_sources first)."""
+        return any(p.kind in _RESOURCES for v in self.volumes.volumes.values() if v.name not in self._made
+                   for p in v.volume.projections)
+
+    def ensure(self, sources: VolumeSources | None = None) -> None:
         """Every volume made (VolumeSetupError / OSError / VolumeSourceError naming the volume)."""
         with self._lock:
             for v in self.volumes.volumes.values():
                 try:
-                    self._make(v)
+                    self._make(v, sources or VolumeSources())
                 except (OSError, ValueError) as e:
                     message = f'MountVolume.SetUp failed for volume "{v.name}": {e}'
                     if isinstance(e, OSError):
                         raise VolumeSetupError(message) from None
                     raise VolumeSourceError(message) from None
 
-    def _make(self, v: VolumePlan) -> None:
+    def _make(self, v: VolumePlan, sources: VolumeSources) -> None:
         if not v.path:
             raise VolumeSetupError(f"this node does not provide {v.kind} volumes")
         if v.kind == "hostPath":
@@ -156,7 +197,7 @@ class PodVolumeHost:
             if v.memory:
                 rootfs.mount_tmpfs(v.path, self.volumes.size_of(v))
         elif v.kind in API_DATA:
-            files = volume_files(v.volume, self.pod, self._sources(), self._facts())
+            files = volume_files(v.volume, self.pod, sources, self._facts())
             os.makedirs(v.path, mode=0o755, exist_ok=True)
             write_files(v.path, files)
         self._made.add(v.name)

@@ -68,7 +68,7 @@ from nodeagent.agent.pods.image_container import REASON_CREATE_ERROR, ImageConta
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.pods.resize import ResizeState
 from nodeagent.agent.pods.volume_plan import plan_volumes
-from nodeagent.agent.pods.volume_setup import PodVolumeHost
+from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
@@ -119,6 +119,7 @@ class PodEnv:
     images: ImageManager | None = None  # the image store: image containers pull and lease through it
     oci: OciRuntime | None = None  # the OCI runtime image containers run with (None: none runs)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # an image container's retry waits
+    objects: ObjectGetter | None = None  # ConfigMaps and Secrets for volumes: the server's, when joined to one
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
@@ -252,6 +253,7 @@ class PodWorker:
         if image is None:
             image = ImageContainer(self.plan, c, images=env.images, oci=env.oci, driver=env.driver,
                                    sandbox=self.sandbox, sleep=env.sleep, volumes=self.volume_host,
+                                   objects=env.objects,
                                    on_event=lambda reason, message: self._record_event(
                                        c.name, Event(reason, message)))
             self.image_containers[c.name] = image
