@@ -181,12 +181,14 @@ class Agent:
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,
                                      config.imagefs_path or config.nodefs_path or config.state_dir,
                                      enforced_memory, clock.now)
+        eviction_access = PodEvictionAccess(self.pods)
         self.eviction = EvictionManager(
-            config.thresholds, self.observer.observe, PodEvictionAccess(self.pods), self.events, clock,
+            config.thresholds, self.observer.observe, eviction_access, self.events, clock,
             transition_period=config.eviction_pressure_transition_period,
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
             images=self.images, dedicated_imagefs=lambda: self.observer.dedicated_imagefs,
+            local_storage=eviction_access.local_storage,
         )
         self.pods.extra_admit = self.eviction.admit
         self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory,
