@@ -180,3 +180,24 @@ def test_config_map_and_secret_volumes_come_from_the_server(server: Any, make_ag
     assert stat.S_IMODE(token.stat().st_mode) == 0o400
     server.kubectl("delete", "pod", "conf", "--timeout=60s", timeout=70)
     poll_until(lambda: not pod_dir.exists(), 10, "the files to go with their pod")
+
+
+def test_an_empty_dir_over_its_size_limit_gets_its_pod_evicted(make_agent: Callable[..., AgentProcess],  # noqa: F811
+                                                               registry: Any) -> None:
+    """As the kubelet's local-storage eviction: no node pressure needed, the message names the volume."""
+    agent = make_agent()
+    c = container("main", "/bin/busybox dd if=/dev/zero of=/data/big bs=1024 count=2048 2>/dev/null; "
+                          "echo written; exec sleep 300", [{"name": "data", "mountPath": "/data"}])
+    agent.create_ok(pod("filler", f"{registry.host}/test/small:1", [c],
+                        [{"name": "data", "emptyDir": {"sizeLimit": "1Mi"}}]))
+
+    def evicted() -> dict[str, Any] | None:
+        p = agent.pod("filler")
+        return p if p is not None and p["status"].get("reason") == "Evicted" else None
+
+    status = poll_until(evicted, 240, "the pod to be evicted\n" + agent.log_tail())["status"]
+    assert status["phase"] == "Failed", status
+    assert status["message"] == 'Usage of EmptyDir volume "data" exceeds the limit "1Mi". ', status
+    events = agent.request("GET", "/api/v1/events")[1]["items"]
+    assert any(e["reason"] == "Evicted" and 'volume "data"' in e["message"] for e in events), events
+    remove(agent, "filler")
