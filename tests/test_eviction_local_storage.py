@@ -81,6 +81,7 @@ async def test_a_pod_over_its_empty_dir_limit_is_evicted_at_once_without_node_pr
     assert pods.evicted == [("b", 0, 'Usage of EmptyDir volume "v" exceeds the limit "1Mi". ')]
     assert result.signal == LOCAL_STORAGE and result.evicted == ("default/b",) and result.conditions == ()
     assert events.list()[-1]["reason"] == "Evicted"
+    assert m.evictions_total == {"emptydirfs.limit": 1}  # the kubelet's metrics label
     assert (await m.synchronize()).evicted == ()  # gone: nothing more
 
 

@@ -51,7 +51,9 @@ log = structlog.get_logger(__name__)
 
 DISK_RESOURCES = ("ephemeral-storage", "inodes")
 PASS_SLACK_S = 60.0  # a pass's own work beyond its victims' grace period (see the module docstring)
-LOCAL_STORAGE = "localStorage"  # PassResult.signal of a pass that evicted for local-storage limits
+# PassResult.signal and the evictions counter's label of a local-storage eviction (the kubelet's
+# signalEmptyDirFsLimit, its metrics label for an emptyDir over its sizeLimit)
+LOCAL_STORAGE = "emptydirfs.limit"
 # the pods over a local-storage limit, each with the kubelet's message (PodEvictionAccess)
 LocalStorageCheck = Callable[[], Awaitable[Sequence[tuple[Pod, str]]]]
 
@@ -235,6 +237,7 @@ class EvictionManager:
             self._evicted.add(pod.metadata.uid)
             self.events.record(EVICTION_REASON, message, namespace=pod.metadata.namespace, name=pod.metadata.name,
                                uid=pod.metadata.uid, signal=LOCAL_STORAGE, grace_period=0)
+            self.evictions_total[LOCAL_STORAGE] = self.evictions_total.get(LOCAL_STORAGE, 0) + 1
             log.info("eviction_local_storage", pod=pod.key, message=message)
         await asyncio.gather(*(self.pods.evict(pod, 0, message) for pod, message in over))
         result.signal = LOCAL_STORAGE
