@@ -41,6 +41,7 @@ from nodeagent.agent.api.registration import agent_api_url, registration_loop
 from nodeagent.agent.api.stats import add_stats_routes
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cluster_client.objects import ObjectSource
 from nodeagent.agent.cluster_client.podsource import PodSync, pod_sync_loop
 from nodeagent.agent.cluster_client.sync import control_plane_loop
 from nodeagent.agent.config.reload import ReloadResult, plan
@@ -170,20 +171,24 @@ class Agent:
         self.events = EventRecorder(clock, facts.name)
         self.oci = oci
         self.images = images or manager_from_config(config, self.events, clock)
+        # the server's ConfigMaps and Secrets for volumes, while kubeconfig is set (read each time: reload-safe)
+        self.objects = ObjectSource(lambda: self.config)
         env = PodEnv(driver=driver, state_dir=config.state_dir, memory_capacity=facts.capacity.memory,
                      clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts,
-                     images=self.images, oci=oci)
+                     images=self.images, oci=oci, objects=self.objects.get)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
                                enforced_allocatable=allocatable.enforced_limits, max_pods=config.max_pods)
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,
                                      config.imagefs_path or config.nodefs_path or config.state_dir,
                                      enforced_memory, clock.now)
+        eviction_access = PodEvictionAccess(self.pods)
         self.eviction = EvictionManager(
-            config.thresholds, self.observer.observe, PodEvictionAccess(self.pods), self.events, clock,
+            config.thresholds, self.observer.observe, eviction_access, self.events, clock,
             transition_period=config.eviction_pressure_transition_period,
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
             images=self.images, dedicated_imagefs=lambda: self.observer.dedicated_imagefs,
+            local_storage=eviction_access.local_storage,
         )
         self.pods.extra_admit = self.eviction.admit
         self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory,
@@ -375,4 +380,5 @@ class Agent:
         self.wakeups.close()
         await self.pods.wait_stopping()
         await self.pods.detach_all()
+        await self.objects.close()
         log.info("agent_stopped", pods_left_running=len(self.pods.pods))

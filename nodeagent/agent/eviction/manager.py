@@ -7,6 +7,9 @@ Differences from the kubelet, on purpose:
 - hard evictions kill at once (grace 0): being late means losing the race to the OOM killer;
 - under disk pressure it deletes unused images only until the shortfall is covered (the kubelet
   deletes every unused image), after the dead pods' data, and re-observes after each step.
+As the kubelet, every pass first evicts (grace 0) the pods over a local-storage limit (an
+emptyDir over its sizeLimit: local_storage.py), when given a `local_storage` hook, and then
+returns: the threshold decisions wait for the next pass.
 
 Progress, for the watchdog (daemonkit/progress.py): the loop completes a pass at least every
 `interval + max(1, evictionMaxPodGracePeriod) + PASS_SLACK_S` seconds. Between passes it sleeps
@@ -19,7 +22,7 @@ A loop past that bound is wedged (`stalled()`), and the agent stops its watchdog
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +51,11 @@ log = structlog.get_logger(__name__)
 
 DISK_RESOURCES = ("ephemeral-storage", "inodes")
 PASS_SLACK_S = 60.0  # a pass's own work beyond its victims' grace period (see the module docstring)
+# PassResult.signal and the evictions counter's label of a local-storage eviction (the kubelet's
+# signalEmptyDirFsLimit, its metrics label for an emptyDir over its sizeLimit)
+LOCAL_STORAGE = "emptydirfs.limit"
+# the pods over a local-storage limit, each with the kubelet's message (PodEvictionAccess)
+LocalStorageCheck = Callable[[], Awaitable[Sequence[tuple[Pod, str]]]]
 
 
 def pass_bound(interval: float, max_pod_grace_period: int) -> float:
@@ -110,10 +118,12 @@ class EvictionManager:
         next_interval: Callable[[dict[str, Observation]], float] | None = None,
         images: ImageReclaim | None = None,
         dedicated_imagefs: Callable[[], bool] = lambda: False,
+        local_storage: LocalStorageCheck | None = None,
     ) -> None:
         """`images`: unused images are deleted under disk pressure before pods are evicted;
         `dedicated_imagefs`: imagefsPath is a filesystem of its own (then nodefs pressure
-        leaves images alone: see evaluate.image_reclaim_bytes)."""
+        leaves images alone: see evaluate.image_reclaim_bytes); `local_storage`: the pods over
+        a local-storage limit, evicted first in every pass."""
         self.thresholds = list(thresholds)
         self.observe = observe
         self.pods = pods
@@ -125,6 +135,7 @@ class EvictionManager:
         self.next_interval = next_interval
         self.images = images
         self.dedicated_imagefs = dedicated_imagefs
+        self.local_storage = local_storage
         self.state = EvictionState()
         self.wake = asyncio.Event()
         self.last_observations: dict[str, Observation] = {}
@@ -187,6 +198,8 @@ class EvictionManager:
         if self.state.node_conditions != before:
             log.info("node_conditions_changed", conditions=list(self.state.node_conditions), previous=list(before))
         result = PassResult(conditions=self.state.node_conditions)
+        if self.local_storage is not None and await self._local_storage_eviction(result):
+            return self._done(result)
         if not decision.evict or decision.threshold is None or decision.resource is None:
             return self._done(result)
         threshold, resource = decision.threshold, decision.resource
@@ -212,6 +225,25 @@ class EvictionManager:
         result.evicted = tuple(p.key for p in victims)
         self.wake.set()  # re-observe right after the kills completed
         return self._done(result)
+
+    async def _local_storage_eviction(self, result: PassResult) -> bool:
+        """The kubelet's localStorageEviction: every pod over a local-storage limit evicted at
+        once (grace 0, in parallel); True when any was."""
+        assert self.local_storage is not None
+        over = [(p, m) for p, m in await self.local_storage() if p.metadata.uid not in self._evicted]
+        if not over:
+            return False
+        for pod, message in over:
+            self._evicted.add(pod.metadata.uid)
+            self.events.record(EVICTION_REASON, message, namespace=pod.metadata.namespace, name=pod.metadata.name,
+                               uid=pod.metadata.uid, signal=LOCAL_STORAGE, grace_period=0)
+            self.evictions_total[LOCAL_STORAGE] = self.evictions_total.get(LOCAL_STORAGE, 0) + 1
+            log.info("eviction_local_storage", pod=pod.key, message=message)
+        await asyncio.gather(*(self.pods.evict(pod, 0, message) for pod, message in over))
+        result.signal = LOCAL_STORAGE
+        result.evicted = tuple(p.key for p, _ in over)
+        self.wake.set()  # the threshold decisions: at once, in the next pass
+        return True
 
     async def _reclaim_node_level(self, threshold: Threshold, result: PassResult) -> bool:
         """The kubelet's reclaimNodeLevelResources: dead containers' and pods' data, then (where

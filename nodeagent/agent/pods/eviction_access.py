@@ -9,10 +9,13 @@ from collections.abc import Sequence
 import structlog
 
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
+from nodeagent.agent.eviction.local_storage import EmptyDirUsage, empty_dir_violation
 from nodeagent.agent.eviction.observations import PodUsage
 from nodeagent.agent.eviction.signals import pods_usage
+from nodeagent.agent.node.disk_usage import dir_usage
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.plan import PodPlan
+from nodeagent.agent.pods.volume_plan import plan_volumes
 from nodeagent.agent.runtime import logs
 from nodeagent.core.model import Pod
 
@@ -24,6 +27,23 @@ def _size(path: str) -> int:
         return os.lstat(path).st_blocks * 512
     except OSError:
         return 0
+
+
+def local_storage_violations(plans: Sequence[PodPlan]) -> list[tuple[Pod, str]]:
+    """The pods whose disk-backed emptyDir exceeds its sizeLimit, with the kubelet's message
+    (blocking: walks those volumes only; run it off the loop)."""
+    out = []
+    for plan in plans:
+        volumes = plan_volumes(plan.pod, plan.log_dir).volumes.values()
+        limited = [v for v in volumes if v.kind == "emptyDir" and not v.memory and v.volume.size_limit is not None
+                   and not v.volume.size_limit.is_zero()]
+        if not limited:
+            continue
+        usage = [EmptyDirUsage(v.name, v.volume.size_limit, dir_usage(v.path)[0]) for v in limited]
+        message = empty_dir_violation(usage)
+        if message is not None:
+            out.append((plan.pod, message))
+    return out
 
 
 def _tree_size(path: str) -> int:
@@ -48,6 +68,13 @@ class PodEvictionAccess:
         plans = {w.plan.uid: w.plan for w in self.manager.pods.values()}
         known = [plans[p.metadata.uid] for p in pods if p.metadata.uid in plans]
         return await asyncio.to_thread(pods_usage, self.manager.env.driver, known, resource)
+
+    async def local_storage(self) -> list[tuple[Pod, str]]:
+        """EvictionManager's local-storage check over the active pods with volumes."""
+        plans = [p for p in self.manager.active_plans() if p.pod.spec.volumes]
+        if not plans:
+            return []
+        return await asyncio.to_thread(local_storage_violations, plans)
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))

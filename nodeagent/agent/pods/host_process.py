@@ -8,11 +8,14 @@ would be the most dangerous thing the agent could do with it. The annotation
 ignored, so every container needs a `command`.
 
 Exec probes and exec lifecycle hooks of image containers are refused until they run inside the
-container (`runc exec`): today they would run on the host, outside the image.
+container (`runc exec`): today they would run on the host, outside the image. Volumes this node
+cannot provide, and any volumeMount of a host-process container, are refused too
+(volume_plan.node_volume_errors).
 """
 
 from __future__ import annotations
 
+from nodeagent.agent.pods.volume_plan import node_volume_errors
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.model import Pod
 from nodeagent.core.model.pod import Container
@@ -61,5 +64,6 @@ def refuse_images(pod: Pod, runtime: str | None) -> None:
                     "command on the host"))
             elif c.image:
                 errors += _exec_handlers(path, c)
+    errors += node_volume_errors(pod, lambda c: runs_image(pod, c))
     if errors:
         raise ValidationErrors(errors)

@@ -17,6 +17,10 @@ Before the first start (`prepare`, on the loop; every blocking part on a thread)
      FieldError (an image user that does not exist, nothing to run) is Waiting
      CreateContainerConfigError with an event Failed; an OSError (a mount) is Waiting
      CreateContainerError; both are tried again with the kubelet's 10 s doubling back-off.
+     The pod's volumes are made first (volume_setup.py; their ConfigMaps and Secrets read on the
+     loop through `objects`, the agent's cluster client) and bound at their mountPaths: a volume
+     that cannot be made is CreateContainerError (an OSError) or CreateContainerConfigError (a
+     missing ConfigMap/Secret, a subPath leaving its volume), named in the message.
 Before a restart only step 3 runs again: a restarted container starts from its image.
 
 The spawner (OciRuntime.monitor_spawner) starts `runc run` in the pod's sandbox cgroup; the
@@ -28,6 +32,7 @@ worker reads Running only once the container's own process is in `<container cgr
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 from collections.abc import Awaitable, Callable
@@ -43,6 +48,8 @@ from nodeagent.agent.images.manager import ImageManager, PodRef
 from nodeagent.agent.images.records import ImageRecord
 from nodeagent.agent.images.store import atomic_write
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan
+from nodeagent.agent.pods.volume_files import VolumeSources
+from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost, fetch_sources
 from nodeagent.agent.runtime.oci.bundle import ContainerBundle, Mount, bind, container_bundle, hosts_file
 from nodeagent.agent.runtime.oci.runtime import OCI_CGROUP, BundleDirs, OciRuntime, cgroups_path, container_id
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
@@ -102,7 +109,8 @@ def etc_mounts(etc_dir: str, hostname: str, resolv_conf: str = HOST_RESOLV_CONF)
 class ImageContainer:
     def __init__(self, plan: PodPlan, c: ContainerPlan, *, images: ImageManager, oci: OciRuntime,
                  driver: CgroupDriver, sandbox: Sandbox, sleep: Sleep = asyncio.sleep,
-                 on_event: OnEvent | None = None, resolv_conf: str = HOST_RESOLV_CONF) -> None:
+                 on_event: OnEvent | None = None, resolv_conf: str = HOST_RESOLV_CONF,
+                 volumes: PodVolumeHost | None = None, objects: ObjectGetter | None = None) -> None:
         self.plan = plan
         self.c = c
         self.images = images
@@ -112,6 +120,8 @@ class ImageContainer:
         self._sleep = sleep
         self._on_event = on_event
         self._resolv_conf = resolv_conf
+        self.volumes = volumes  # the pod's volumes, shared by its containers (volume_setup.py)
+        self._objects = objects  # where the volumes' ConfigMaps and Secrets are read (None: nowhere)
         self.cid = container_id(plan.uid, c.name)
         self.holder = self.cid  # a lease holder is a file name: no '/'
         self.dirs = BundleDirs(os.path.join(plan.log_dir, "oci", c.name))
@@ -141,7 +151,11 @@ class ImageContainer:
             try:
                 if self.record is None:
                     self.record = await self._ensure()
-                await off_loop(self._prepare_bundle)
+                sources = VolumeSources()
+                if self.volumes is not None and self.volumes.needs_objects:
+                    sources = await fetch_sources(self.volumes.volumes, self.plan.pod.metadata.namespace,
+                                                  self._objects)
+                await off_loop(functools.partial(self._prepare_bundle, sources))
                 return
             except ImageError as e:
                 waiting(Waiting(e.reason, e.message))
@@ -178,6 +192,8 @@ class ImageContainer:
         security = pod.spec.security_context
         hostname = pod_hostname(pod.metadata.name)
         mounts = etc_mounts(os.path.join(self.dirs.root, "etc"), hostname, self._resolv_conf)
+        if self.volumes is not None:
+            mounts += self.volumes.mounts(c.spec)
         return container_bundle(
             command=c.spec.command, args=c.spec.args, env=c.env, working_dir=c.spec.working_dir,
             run_as_user=security.run_as_user if security else None,
@@ -186,9 +202,11 @@ class ImageContainer:
             cgroups_path=cgroups_path(self.driver.root, c.cgroup_path), resources=c.cgroup_spec,
             oom_score_adj=c.config.oom_score_adj, sandbox_pid=sandbox_pid, mounts=mounts)
 
-    def _prepare_bundle(self) -> None:
+    def _prepare_bundle(self, sources: VolumeSources | None = None) -> None:
         assert self.record is not None
         self.oci.delete(self.cid)  # what a killed monitor left: runc refuses an ID it still knows
+        if self.volumes is not None:
+            self.volumes.ensure(sources)
         self.bundle = self.oci.prepare(self.dirs, self.images.lowerdirs(self.record), self.make_bundle, self.sandbox)
 
     # ---- removal ----

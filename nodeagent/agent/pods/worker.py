@@ -67,6 +67,8 @@ from nodeagent.agent.pods.checkpoint import ContainerCheckpoint, Deletion, PodCh
 from nodeagent.agent.pods.image_container import REASON_CREATE_ERROR, ImageContainer, off_loop
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.pods.resize import ResizeState
+from nodeagent.agent.pods.volume_plan import plan_volumes
+from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
@@ -117,6 +119,7 @@ class PodEnv:
     images: ImageManager | None = None  # the image store: image containers pull and lease through it
     oci: OciRuntime | None = None  # the OCI runtime image containers run with (None: none runs)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # an image container's retry waits
+    objects: ObjectGetter | None = None  # ConfigMaps and Secrets for volumes: the server's, when joined to one
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
@@ -201,6 +204,7 @@ class PodWorker:
         self.resize = ResizeState()  # in-place resizes (resize.py); `plan` is the allocation
         self.image_containers: dict[str, ImageContainer] = {}  # containers run from their image (the OCI runtime)
         self.sandbox: Sandbox | None = None  # the pod's sandbox process, once an image container needs it
+        self.volume_host: PodVolumeHost | None = None  # the pod's volumes, once an image container needs them
         self._log = log.bind(pod=plan.pod.key, uid=plan.uid)
 
     @property
@@ -242,10 +246,14 @@ class PodWorker:
         if self.sandbox is None:
             path = sandbox_cgroup(self.plan.cgroup_path)
             self.sandbox = Sandbox(os.path.join(self.plan.log_dir, "oci"), lambda: env.driver.procs_files(path))
+        if self.volume_host is None:
+            volumes = plan_volumes(self.plan.pod, self.plan.log_dir, self.plan.cgroup_spec.memory_max)
+            self.volume_host = PodVolumeHost(self.plan.pod, volumes, facts=env.node_facts)
         image = self.image_containers.get(c.name)
         if image is None:
             image = ImageContainer(self.plan, c, images=env.images, oci=env.oci, driver=env.driver,
-                                   sandbox=self.sandbox, sleep=env.sleep,
+                                   sandbox=self.sandbox, sleep=env.sleep, volumes=self.volume_host,
+                                   objects=env.objects,
                                    on_event=lambda reason, message: self._record_event(
                                        c.name, Event(reason, message)))
             self.image_containers[c.name] = image
@@ -268,6 +276,8 @@ class PodWorker:
             await image.release()
         if self.sandbox is not None:
             await off_loop(self.sandbox.stop)
+        if self.volume_host is not None:
+            await off_loop(self.volume_host.teardown)
         await off_loop(self._remove_runtime_cgroups)
 
     def _remove_runtime_cgroups(self) -> None:

@@ -3,10 +3,11 @@
 A container names an `image` (run by the OCI runtime: the image's Entrypoint/Cmd apply where
 `command`/`args` are absent) or runs `command` + `args` as a host process, so `command` is
 required when there is no image (validation.py). Unknown fields are errors naming the field, so
-typos cannot pass silently; the few Kubernetes fields that mean nothing here yet (ports,
-volumes...) are accepted and kept as opaque data, and server-populated metadata and `status`
-are accepted and dropped. Probes, lifecycle hooks, env sources and init containers are typed
-(probe.py, lifecycle.py, env.py).
+typos cannot pass silently; the few Kubernetes fields that mean nothing here yet (ports) are
+accepted and kept as opaque data; volumes and volumeMounts stay plain dicts too, checked as the
+API checks them (volume.py: a volume type this node lacks is still a valid pod for the server);
+server-populated metadata and `status` are accepted and dropped. Probes, lifecycle hooks, env
+sources and init containers are typed (probe.py, lifecycle.py, env.py).
 Checks that span fields, defaulting and error conversion live in validation.py.
 """
 
@@ -109,9 +110,8 @@ class Container(KubeModel):
     resize_policy: list[ContainerResizePolicy] = []  # per resource: NotRequired (live) or RestartContainer
     image: str | None = None  # run from this image by the OCI runtime (unless the pod is a host-process pod)
     image_pull_policy: str | None = None
-    # Kubernetes fields with no meaning here yet: kept as given, never acted on.
-    ports: list[dict[str, Any]] = []
-    volume_mounts: list[dict[str, Any]] = []
+    ports: list[dict[str, Any]] = []  # no meaning here yet: kept as given, never acted on
+    volume_mounts: list[dict[str, Any]] = []  # checked in validation.py (model/volume.py)
 
     _written_when_set: ClassVar[frozenset[str]] = frozenset(
         {"termination_message_path", "termination_message_policy"}
@@ -164,7 +164,7 @@ class PodSpec(KubeModel):
     tolerations: list[Toleration] = []
     node_name: Subdomain | None = None
     service_account_name: Subdomain | None = None
-    volumes: list[dict[str, Any]] = []  # opaque, so that volumeMounts stay meaningful to readers
+    volumes: list[dict[str, Any]] = []  # plain dicts, checked in validation.py (model/volume.py)
 
     @model_validator(mode="before")
     @classmethod

@@ -16,6 +16,7 @@ from nodeagent.core.model.env import env_from_errors, env_var_errors
 from nodeagent.core.model.lifecycle import lifecycle_errors
 from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Container, Pod, ResourceRequirements
 from nodeagent.core.model.probe import probe_errors
+from nodeagent.core.model.volume import mount_errors, volume_errors
 from nodeagent.core.names import (
     container_resource_name_errors,
     invalid,
@@ -83,12 +84,15 @@ def pod_errors(pod: Pod) -> list[FieldError]:
     errs += _annotation_errors(pod.metadata.annotations)
     seen: set[str] = set()
     grace = pod.spec.termination_grace_period_seconds
+    volumes, volume_errs = volume_errors(pod.spec.volumes)
+    errs += volume_errs
     for i, c in enumerate(pod.spec.containers):
         if c.name in seen:
             errs.append(FieldError(f"spec.containers[{i}].name", f"Duplicate value: {quote(c.name)}"))
         seen.add(c.name)
         errs += _resource_errors(f"spec.containers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.containers[{i}]", c, grace, init=False)
+        errs += mount_errors(f"spec.containers[{i}]", c.volume_mounts, volumes)
     for i, c in enumerate(pod.spec.init_containers):
         # validateInitContainers: names are unique across init and app containers
         if c.name in seen:
@@ -96,6 +100,7 @@ def pod_errors(pod: Pod) -> list[FieldError]:
         seen.add(c.name)
         errs += _resource_errors(f"spec.initContainers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.initContainers[{i}]", c, grace, init=True)
+        errs += mount_errors(f"spec.initContainers[{i}]", c.volume_mounts, volumes)
     errs += _map_errors("spec.nodeSelector", pod.spec.node_selector)
     errs += _toleration_errors(pod)
     builtin = BUILTIN_PRIORITY_CLASSES.get(pod.spec.priority_class_name or "")
