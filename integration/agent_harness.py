@@ -126,8 +126,9 @@ def running_pid(pod: dict[str, Any] | None, name: str = "main") -> tuple[int, in
 
 class AgentProcess:
     def __init__(self, workdir: Path, cgroup_version: int, *, static_pods: bool = False,
-                 extra_config: dict[str, Any] | None = None) -> None:
+                 extra_config: dict[str, Any] | None = None, node_name: str = NODE_NAME) -> None:
         self.workdir = workdir
+        self.node_name = node_name
         self.state_dir = workdir / "state"
         self.static_dir = workdir / "manifests" if static_pods else None
         self.config_path = workdir / "config.yaml"
@@ -148,7 +149,7 @@ class AgentProcess:
         config: dict[str, Any] = {
             "apiVersion": "nodeagent.io/v1alpha1",
             "kind": "NodeAgentConfiguration",
-            "nodeName": NODE_NAME,  # the UML guest's hostname "(none)" is not a valid node name
+            "nodeName": self.node_name,  # the UML guest's hostname "(none)" is not a valid node name
             "address": "127.0.0.1",
             "port": self.port,
             "authentication": {"tokenFile": str(token_file)},
@@ -341,3 +342,14 @@ class AgentProcess:
                     if name.startswith("pod") and os.path.isdir(os.path.join(parent, name)):
                         found.setdefault(name[len("pod"):], []).append(os.path.join(parent, name))
         return found
+
+    def pod_processes(self) -> dict[str, set[int]]:
+        """uid -> the PIDs in its pod cgroup and below (its containers), read from cgroupfs (the
+        memory hierarchy on v1), for every pod cgroup of this agent."""
+        out: dict[str, set[int]] = {}
+        for uid, dirs in self.pod_cgroups().items():
+            base = self.cg.bases[""] if self.cg.version == 2 else self.cg.bases["memory"]
+            for d in dirs:
+                if d.startswith(base + "/"):
+                    out[uid] = self.cg.pids(os.path.relpath(d, os.path.join(base, self.cg.root)))
+        return out

@@ -1,5 +1,5 @@
 """What the tests against a real secure `nodeagent server run` share: the server helper of the unit
-suite (tests/kube/secure_server.py) and the skip marks (the `server` fixture is in conftest.py)."""
+suite (tests/kube/secure_server.py), its pod watch (tests/kube/podwatch.py) and the skip marks (the `server` fixture is in conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from conftest import KERNEL_VERSION, NO_VERSION_REASON
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the secure server helper is shared with the unit suite
+from kube.podwatch import PodWatch, is_ready  # noqa: E402
 from kube.secure_server import KUBECTL, SecureServer  # noqa: E402
 
-__all__ = ["KUBECTL", "MARKS", "ROOT", "SecureServer"]
+__all__ = ["KUBECTL", "MARKS", "ROOT", "PodWatch", "SecureServer", "is_ready"]
 
 MARKS = [
     pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}"),

