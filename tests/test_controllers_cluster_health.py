@@ -11,7 +11,6 @@ from controllers_objects import NOW, meta, node, owner_ref, pod, replicaset, ts
 
 from nodeagent.cluster.admission.tolerations import add_default_tolerations
 from nodeagent.cluster.controllers.common.actions import Delete, Patch, UpdateStatus
-from nodeagent.cluster.controllers.disruption import eviction
 from nodeagent.cluster.controllers.disruption import status as pdbs
 from nodeagent.cluster.controllers.garbagecollector.decide import collect, deletion_finalizers
 from nodeagent.cluster.controllers.nodelifecycle import eviction as taint_eviction
@@ -183,26 +182,3 @@ def test_pdb_fail_safe_without_a_controller_and_disrupted_pods_expire() -> None:
     assert plan.of_type(UpdateStatus)[0].obj["status"]["currentHealthy"] == 3 and plan.requeue_after == 90
     old = pdb(min_available=2, status={"disruptedPods": {"p0": ts(NOW - 130)}})
     assert pdbs.sync(old, pods, scale_of, now=NOW).of_type(UpdateStatus)[0].obj["status"]["currentHealthy"] == 4
-
-
-def test_eviction_decisions_and_messages() -> None:
-    ready = pod("p0", owner=RS)
-    budget = pdb(min_available=3, status={"currentHealthy": 4, "desiredHealthy": 3, "disruptionsAllowed": 1, "expectedPods": 4, "observedGeneration": 1})
-    ok = eviction.decide(ready, [budget], now=NOW)
-    assert ok.allowed and ok.pdb_update["status"]["disruptionsAllowed"] == 0 and ok.pdb_update["status"]["disruptedPods"] == {"p0": ts(NOW)}
-    assert ok.pdb_update["status"]["conditions"][0]["reason"] == "InsufficientPods"
-    full = pdb(min_available=3, status={"currentHealthy": 3, "desiredHealthy": 3, "disruptionsAllowed": 0, "observedGeneration": 1})
-    no = eviction.decide(ready, [full], now=NOW)
-    assert not no.allowed and no.status["code"] == 429 and no.status["message"] == "Cannot evict pod as it would violate the pod's disruption budget."
-    assert no.status["details"]["causes"] == [{"reason": "DisruptionBudget", "message": "The disruption budget budget needs 3 healthy pods and has 3 currently"}]
-    stale = pdb(min_available=3, generation=2, status={"disruptionsAllowed": 1, "observedGeneration": 1})
-    assert "is still being processed by the server" in eviction.decide(ready, [stale], now=NOW).status["details"]["causes"][0]["message"]
-    assert eviction.decide(pod("pending", phase="Pending"), [full], now=NOW).allowed
-    unready = pod("sick", owner=RS, ready=False)
-    short = {"currentHealthy": 2, "desiredHealthy": 3, "disruptionsAllowed": 0, "observedGeneration": 1}
-    assert not eviction.decide(unready, [pdb(min_available=3, status=short)], now=NOW).allowed
-    assert eviction.decide(unready, [pdb(min_available=3, policy="AlwaysAllow", status=short)], now=NOW).allowed
-    healthy_enough = pdb(min_available=3, status={"currentHealthy": 3, "desiredHealthy": 3, "disruptionsAllowed": 0, "observedGeneration": 1})
-    assert eviction.decide(unready, [healthy_enough], now=NOW).allowed       # IfHealthyBudget: the budget is met
-    two = eviction.decide(ready, [budget, pdb(min_available=1)], now=NOW)
-    assert two.status["code"] == 500 and "more than one PodDisruptionBudget" in two.status["message"]
