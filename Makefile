@@ -7,7 +7,7 @@ CONFIG ?= config/nodeagent.yaml
 PYTEST_IT := -q -p no:cacheprovider
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
-.PHONY: install run check-config lint test test-host unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling install-systemd clean
+.PHONY: install run check-config lint test test-host unit integration integration-v2 integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling bench-cluster install-systemd clean
 
 install: $(VENV)/.installed
 
@@ -75,7 +75,7 @@ integration-v2: install
 integration-container:
 	integration/container/run.sh
 
-bench: bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling
+bench: bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling bench-cluster
 
 ## Pod start latency, 100-pod burst, idle CPU/RSS with 100 pods, the CPU cost of 1 s resource
 ## sampling over 100 pods (as root; prints figures).
@@ -105,6 +105,11 @@ bench-storage: install
 ## The Kubernetes API through a real server: creates/s, LIST of 10,000 pods, watch delivery, RSS (prints figures).
 bench-apiserver: install
 	$(BIN)/python bench/apiserver_bench.py
+
+## The controllers and scheduler against 100 hollow nodes: a 1000-replica Deployment created and rolled,
+## 50 Deployments at once, idle CPU with 10,000 pods (a real server; prints figures).
+bench-cluster: install
+	$(BIN)/python bench/hollow_cluster_bench.py
 
 PREFIX  ?= /usr/local
 UNITDIR ?= /etc/systemd/system
