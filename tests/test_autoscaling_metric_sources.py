@@ -150,6 +150,32 @@ def test_pods_metrics_are_the_agents_pod_series(window: SampleWindow) -> None:
         stale.pods_metric("pod_cpu_usage_seconds", None)
 
 
+@pytest.mark.parametrize(("described", "name", "selector", "expected"), [
+    ({"kind": "Pod", "name": "a", "apiVersion": "v1"}, "pod_cpu_usage_seconds", None, (250, T + 15)),
+    ({"kind": "Pod", "name": "b"}, "pod_memory_working_set_bytes", None, ((300 << 20) * 1000, T + 15)),
+    ({"kind": "Node", "name": "n1", "apiVersion": "v1"}, "node_cpu_usage_seconds", {}, (2000, T + 15)),
+    ({"kind": "Pod", "name": "c"}, "pod_cpu_usage_seconds", None, "could not find the metric pod_cpu_usage_seconds "
+                                                                 "for pods c"),  # no rate yet
+    ({"kind": "Pod", "name": "a"}, "node_cpu_usage_seconds", None, "could not find"),
+    ({"kind": "Node", "name": "n1"}, "pod_cpu_usage_seconds", None, "could not find"),
+    ({"kind": "Deployment", "name": "web", "apiVersion": "apps/v1"}, "pod_cpu_usage_seconds", None,
+     "could not find the metric pod_cpu_usage_seconds for deployments web"),
+    ({"kind": "Pod", "name": "a", "apiVersion": "example.com/v1"}, "pod_cpu_usage_seconds", None, "could not find"),
+    ({"kind": "Pod", "name": "a"}, "pod_cpu_usage_seconds", {"matchLabels": {"verb": "GET"}}, "could not find"),
+])
+def test_object_metrics_are_one_pods_or_nodes_series(window: SampleWindow, described: dict[str, Any], name: str,
+                                                     selector: dict[str, Any] | None,
+                                                     expected: tuple[int, float] | str) -> None:
+    for t in (0.0, 15.0):
+        window.add(("node", "n1"), T + t, round(2.0 * t * NS), 1 << 30)
+    reader = WindowReader(window, "d", [], T + 20.0, 17.0, max_age=17.0)
+    if isinstance(expected, str):
+        with pytest.raises(MetricError, match=f"^unable to fetch metrics from custom metrics API: .*{expected}"):
+            reader.object_metric(name, described, selector)
+    else:
+        assert reader.object_metric(name, described, selector) == expected
+
+
 def test_external_metrics_are_read_from_what_the_loop_fetched() -> None:
     sel = {"matchLabels": {"queue": "orders"}}
     fetched: dict[str, list[Sample] | ExternalMetricError] = {

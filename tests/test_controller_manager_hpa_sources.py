@@ -163,3 +163,34 @@ async def test_external_failures_are_conditions_and_nothing_moves(world: tuple[W
     queues.values["queue_depth"] = []
     hpa = await w.sync()
     assert "no metrics returned from external metrics API" in active(hpa)[2]
+
+
+async def test_an_object_value_target_on_a_pod(world: tuple[World, Queues]) -> None:
+    w, _ = world
+    await w.deployment(2)
+    await w.hpa({"minReplicas": 1, "maxReplicas": 10, "metrics": [{"type": "Object", "object": {
+        "describedObject": {"apiVersion": "v1", "kind": "Pod", "name": "web-1"},
+        "metric": {"name": "pod_cpu_usage_seconds"}, "target": {"type": "Value", "value": "250m"}}}]})
+    pod_load(w, 0.5)  # web-1 at 500m against 250m: ceil(2 * 2 ready pods) = 4
+    hpa = await w.sync()
+    assert await w.replicas() == 4
+    assert hpa["status"]["currentMetrics"] == [{"type": "Object", "object": {
+        "describedObject": {"apiVersion": "v1", "kind": "Pod", "name": "web-1"},
+        "metric": {"name": "pod_cpu_usage_seconds"}, "current": {"value": "500m"}}}]
+    assert active(hpa)[:2] == ("True", "ValidMetricFound")
+
+
+async def test_an_object_average_value_on_a_node_divides_by_the_replicas(world: tuple[World, Queues]) -> None:
+    w, _ = world
+    await w.deployment(4)
+    await status_replicas(w, 4)
+    w.clock.advance(10.0)
+    for t in range(3):  # the node's own series: 3 cores
+        w.window.add(("node", "n1"), w.clock.wall() - 2 + t, round(3e9 * t), 1 << 30)
+    await w.hpa({"minReplicas": 1, "maxReplicas": 10, "metrics": [{"type": "Object", "object": {
+        "describedObject": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+        "metric": {"name": "node_cpu_usage_seconds"}, "target": {"type": "AverageValue", "averageValue": "500m"}}}]})
+    hpa = await w.sync()
+    assert active(hpa)[:2] == ("True", "ValidMetricFound"), active(hpa)
+    assert hpa["status"]["currentMetrics"][0]["object"]["current"] == {"averageValue": "750m"}  # 3 cores over 4
+    assert hpa["status"]["desiredReplicas"] == 6  # ceil(3 / 0.5)

@@ -226,4 +226,19 @@ def test_an_hpa_on_an_external_metric_scales_a_deployment(cluster: tuple[Server,
     res = server.kubectl("get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/*/rps",
                          check=False)
     assert res.returncode != 0 and "NotFound" in res.stderr, res.stderr
+    one = got["items"][0]["describedObject"]["name"]
+    single = raw(server, f"/apis/custom.metrics.k8s.io/v1beta2/namespaces/default/pods/{one}/pod_memory_working_set_bytes")
+    assert [(i["describedObject"]["name"], i["value"]) for i in single["items"]] == [(one, str(32 << 20))]  # DecimalSI
+
+    def node_metric() -> dict[str, Any] | None:
+        got = raw(server, "/apis/custom.metrics.k8s.io/v1beta2/nodes/*/node_cpu_usage_seconds")
+        values = [int(i["value"][:-1]) if i["value"].endswith("m") else int(i["value"]) * 1000 for i in got["items"]]
+        return got if len(values) == 1 and 850 <= values[0] <= 1150 else None
+
+    node = eventually(node_metric, 20, "the node's 1 core through the custom metrics API")
+    assert node["items"][0]["describedObject"] == {"kind": "Node", "name": "n1", "apiVersion": "/v1"}
+    discovery = raw(server, "/apis/custom.metrics.k8s.io/v1beta2")
+    assert {r["name"]: r["namespaced"] for r in discovery["resources"]} == {
+        "pods/pod_cpu_usage_seconds": True, "pods/pod_memory_working_set_bytes": True,
+        "nodes/node_cpu_usage_seconds": False, "nodes/node_memory_working_set_bytes": False}
     assert "horizontalpodautoscalers" in server.kubectl("api-resources").stdout  # discovery still whole

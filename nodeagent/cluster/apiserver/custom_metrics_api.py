@@ -4,11 +4,13 @@ What prometheus-adapter serves through APIServices, served in process (as metric
 
     GET /apis/custom.metrics.k8s.io/v1beta2/namespaces/<ns>/pods/<name|*>/<metric>
             ?labelSelector= (Pod labels) &metricLabelSelector= (the series' labels)
+    GET /apis/custom.metrics.k8s.io/v1beta2/nodes/<name|*>/<metric>          (the same, for Nodes)
     GET /apis/external.metrics.k8s.io/v1beta1/namespaces/<ns>/<metric>?labelSelector= (metric labels)
 
-Pods metrics are the agents' per-pod series from the scrape's window (hpa.source.POD_METRICS), read
-as the HPA reads them (the last rate no older than a scrape); external metrics come from Prometheus
-(metrics.external.PrometheusSource) when `externalMetrics` is configured. Answers are
+Pods (and Node) metrics are the agents' per-pod (per-node) series from the scrape's window
+(hpa.source.POD_METRICS, NODE_METRICS), read as the HPA reads them (the last rate no older than a
+scrape); external metrics come from Prometheus (metrics.external.PrometheusSource) when
+`externalMetrics` is configured. Answers are
 MetricValueList and ExternalMetricValueList; a metric nobody serves is 404, a bad selector 400, a
 Prometheus that fails 500 with its reason, as the adapter answers.
 """
@@ -22,8 +24,7 @@ from aiohttp import web
 from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.metrics_api import MetricsAPI
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
-from nodeagent.cluster.autoscaling.hpa.pods import pod_info
-from nodeagent.cluster.autoscaling.hpa.source import POD_METRICS, WindowReader
+from nodeagent.cluster.autoscaling.hpa.source import NODE_METRICS, POD_METRICS, WindowReader
 from nodeagent.cluster.autoscaling.metrics.external import (
     ExternalConfig,
     ExternalMetricError,
@@ -51,8 +52,10 @@ def _parse(request: web.Request, param: str) -> LabelSelector:
 
 
 def _custom_resources() -> tuple[ResourceInfo, ...]:
-    return tuple(ResourceInfo(CUSTOM_GROUP, CUSTOM_VERSION, "MetricValueList", f"pods/{name}", "",
+    pods = tuple(ResourceInfo(CUSTOM_GROUP, CUSTOM_VERSION, "MetricValueList", f"pods/{name}", "",
                               namespaced=True, verbs=("get",)) for name in sorted(POD_METRICS))
+    return pods + tuple(ResourceInfo(CUSTOM_GROUP, CUSTOM_VERSION, "MetricValueList", f"nodes/{name}", "",
+                                     namespaced=False, verbs=("get",)) for name in sorted(NODE_METRICS))
 
 
 class CustomMetricsAPI:
@@ -64,24 +67,29 @@ class CustomMetricsAPI:
     async def handle(self, request: web.Request, ri: RequestInfo) -> web.StreamResponse:
         if ri.version != CUSTOM_VERSION or ri.verb not in ("get", "list"):
             raise errors.path_not_found()
-        if ri.resource != "pods" or not ri.namespace or not ri.name or not ri.subresource:
-            raise errors.path_not_found()  # only namespaced pods metrics are served
+        nodes = ri.resource == "nodes"
+        if not ri.name or not ri.subresource or (ri.resource, bool(ri.namespace)) not in (("pods", True),
+                                                                                        ("nodes", False)):
+            raise errors.path_not_found()  # namespaced pods and cluster-scoped nodes are served
         metric = ri.subresource
-        if metric not in POD_METRICS:
-            raise errors.not_found("pods", CUSTOM_GROUP, metric)
+        resource = (NODE_METRICS if nodes else POD_METRICS).get(metric)
+        if resource is None:
+            raise errors.not_found(ri.resource, CUSTOM_GROUP, metric)
         selector = _parse(request, "labelSelector")
         metric_selector = _parse(request, "metricLabelSelector")
-        listed = await self.metrics.registry.resource("", "v1", "pods").list(ri.namespace, ListOptions())
-        pods = [p for p in listed.items if (ri.name == "*" or (p.get("metadata") or {}).get("name") == ri.name)
-                and selector.matches((p.get("metadata") or {}).get("labels"))]
-        infos = [pod_info(p) for p in pods]
+        listed = await self.metrics.registry.resource("", "v1", ri.resource).list(ri.namespace or None, ListOptions())
+        names = [str((o.get("metadata") or {}).get("name") or "") for o in listed.items
+                 if (ri.name == "*" or (o.get("metadata") or {}).get("name") == ri.name)
+                 and selector.matches((o.get("metadata") or {}).get("labels"))]
         now = self.metrics.clock.wall()
-        reader = WindowReader(self.metrics.store.window, ri.namespace, infos, now, self.window, self.window)
-        values = reader.pod_series(metric) if metric_selector.matches({}) else {}
-        if ri.name != "*" and not values:
-            raise errors.not_found("pods", CUSTOM_GROUP, f"{ri.namespace}/{ri.name}/{metric}")
-        items = [ObjectValue("Pod", ri.namespace, p.name, v.value, v.timestamp, v.window)
-                 for p in infos if (v := values.get(p.name)) is not None]
+        reader = WindowReader(self.metrics.store.window, ri.namespace, [], now, self.window, self.window)
+        keys = [("node", n) if nodes else ("pod", ri.namespace, n) for n in names]
+        values = reader.series(resource, keys) if metric_selector.matches({}) else [None] * len(keys)
+        items = [ObjectValue("Node" if nodes else "Pod", ri.namespace, n, v.value, v.timestamp, v.window)
+                 for n, v in zip(names, values, strict=True) if v is not None]
+        if ri.name != "*" and not items:
+            where = f"{ri.namespace}/{ri.name}" if ri.namespace else ri.name
+            raise errors.not_found(ri.resource, CUSTOM_GROUP, f"{where}/{metric}")
         shown: dict[str, Any] | None = None
         if not metric_selector.empty:
             shown = {"matchExpressions": [{"key": r.key, "operator": r.operator, "values": list(r.values)}

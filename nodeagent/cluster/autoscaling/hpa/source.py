@@ -14,8 +14,9 @@ Pods metrics (custom.metrics.k8s.io's pods/<metric>) are the agents' per-pod ser
 window, under prometheus-adapter's names (POD_METRICS: a counter's rate without `_total`, a gauge as
 it is); their series carry no labels beyond the pod's own, so a metric selector that needs a label
 selects nothing. External metrics are read from `external`, what the loop fetched from Prometheus
-for this sync (metrics.external; the loop is async, the reconcile is not). Object metrics are not
-served: they fail as upstream's do when the custom metrics API has no such metric.
+for this sync (metrics.external; the loop is async, the reconcile is not). Object metrics are the
+same series of one described object: a Pod of the HPA's namespace (POD_METRICS) or a Node
+(NODE_METRICS); other kinds fail as upstream's do when the custom metrics API has no such metric.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ NO_CUSTOM_METRICS = "no metrics returned from custom metrics API"
 NO_EXTERNAL_METRICS = "no metrics returned from external metrics API"
 # prometheus-adapter's names of the agents' pod series (/metrics/resource) -> what the window holds
 POD_METRICS = {"pod_cpu_usage_seconds": "cpu", "pod_memory_working_set_bytes": "memory"}
+NODE_METRICS = {"node_cpu_usage_seconds": "cpu", "node_memory_working_set_bytes": "memory"}
 ExternalValues = Mapping[str, "list[Sample] | ExternalMetricError"]  # external_key -> samples or why not
 
 
@@ -98,19 +100,26 @@ class WindowReader:
             raise MetricError(NO_RESOURCE_METRICS)
         return out
 
+    def series(self, resource: str, keys: Sequence[Hashable]) -> list[PodMetric | None]:
+        """`resource` ("cpu": the rate in millicores; "memory": milli-bytes) of each series with a rate."""
+        if self.window is None:
+            return [None] * len(keys)
+        out: list[PodMetric | None] = []
+        for usage in self._usages(keys):
+            if usage is None or usage.cpu_cores is None:
+                out.append(None)
+                continue
+            value = round(usage.cpu_cores * 1000) if resource == "cpu" else usage.memory_bytes * 1000
+            out.append(PodMetric(value, usage.timestamp, usage.window))
+        return out
+
     def pod_series(self, name: str) -> dict[str, PodMetric]:
         """One of POD_METRICS for each pod that has a rate in the window (milli-units)."""
         resource = POD_METRICS.get(name)
-        if self.window is None or resource is None:
+        if resource is None:
             return {}
-        keys = [("pod", self.namespace, p.name) for p in self.pods]
-        out: dict[str, PodMetric] = {}
-        for pod, usage in zip(self.pods, self._usages(keys), strict=True):
-            if usage is None or usage.cpu_cores is None:
-                continue
-            value = round(usage.cpu_cores * 1000) if resource == "cpu" else usage.memory_bytes * 1000
-            out[pod.name] = PodMetric(value, usage.timestamp, usage.window)
-        return out
+        values = self.series(resource, [("pod", self.namespace, p.name) for p in self.pods])
+        return {p.name: v for p, v in zip(self.pods, values, strict=True) if v is not None}
 
     def pods_metric(self, name: str, metric_selector: Mapping[str, Any] | None) -> Mapping[str, PodMetric]:
         if name not in POD_METRICS:
@@ -127,7 +136,20 @@ class WindowReader:
 
     def object_metric(self, name: str, described_object: Mapping[str, Any],
                       metric_selector: Mapping[str, Any] | None) -> tuple[int, float]:
-        raise MetricError(f"unable to fetch metrics from custom metrics API: no custom metrics API serves {name}")
+        kind, obj = str(described_object.get("kind") or ""), str(described_object.get("name") or "")
+        core = str(described_object.get("apiVersion") or "v1") == "v1"
+        names, key = ((POD_METRICS, ("pod", self.namespace, obj)) if kind == "Pod"
+                      else (NODE_METRICS, ("node", obj)) if kind == "Node" else ({}, ()))
+        resource = names.get(name) if core else None
+        try:
+            selector = selector_from_dict(metric_selector)
+        except ExternalMetricError as e:
+            raise MetricError(f"unable to fetch metrics from custom metrics API: {e}") from e
+        value = self.series(resource, [key])[0] if resource is not None and selector.matches({}) else None
+        if value is None:  # the adapter's NotFound, wrapped as upstream's GetObjectMetric wraps errors
+            raise MetricError(f"unable to fetch metrics from custom metrics API: the server could not find "
+                              f"the metric {name} for {kind.lower()}s {obj}")
+        return value.value, value.timestamp
 
     def external_metric(self, name: str, metric_selector: Mapping[str, Any] | None) -> tuple[list[int], float]:
         try:

@@ -189,8 +189,8 @@ def custom_value_list(metric: str, selector: Mapping[str, Any] | None,
     """A MetricValueList (custom.metrics.k8s.io/v1beta2), describedObject and metric as upstream."""
     ident: dict[str, Any] = {"name": metric, "selector": dict(selector) if selector else None}
     return {"kind": "MetricValueList", "apiVersion": CUSTOM_API_VERSION, "metadata": {},
-            "items": [{"describedObject": {"kind": v.kind, "namespace": v.namespace, "name": v.name,
-                                           "apiVersion": v.api_version},
+            "items": [{"describedObject": {"kind": v.kind, **({"namespace": v.namespace} if v.namespace else {}),
+                                           "name": v.name, "apiVersion": v.api_version},
                        "metric": ident, "timestamp": rfc3339(v.timestamp), "windowSeconds": round(v.window),
                        "value": str(Quantity.from_milli(v.milli_value))} for v in values]}
 
