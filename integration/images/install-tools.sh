@@ -4,8 +4,9 @@
 # Installs the Debian packages the image tests need, when missing (as root; nothing to do when all
 # are there): runc, crun (OCI runtimes), skopeo (pulls and pushes over the distribution API),
 # umoci (builds test images), docker-registry (a registry on loopback), busybox-static (the one
-# static binary the test images hold). apt is kept from starting docker-registry's system service
-# (a policy-rc.d for the duration, only if none exists). The UML guest (integration/run-in-uml.sh)
+# static binary the test images hold), prometheus (the External metrics source the HPA tests query on
+# loopback; started by the tests themselves). apt is kept from starting docker-registry's system service
+# and prometheus's system services (a policy-rc.d for the duration, only if none exists). The UML guest (integration/run-in-uml.sh)
 # sees the host's / read-only, so what is installed here is what the guest runs.
 set -eu
 missing=""
@@ -18,6 +19,7 @@ need skopeo skopeo
 need umoci umoci
 need docker-registry docker-registry
 need busybox busybox-static
+need prometheus prometheus
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" != 0 ]; then
   echo "install-tools: missing$missing; run as root to install them" >&2

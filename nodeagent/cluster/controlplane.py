@@ -25,6 +25,7 @@ from aiohttp import web
 from nodeagent.cluster.admitters.chain import AdmissionChain
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
+from nodeagent.cluster.apiserver.custom_metrics_api import add_custom_metrics
 from nodeagent.cluster.apiserver.eviction import add_eviction
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
@@ -40,6 +41,7 @@ from nodeagent.cluster.auth.rbac import bootstrap
 from nodeagent.cluster.autoscaling.hpa.controller import ControllerConfig
 from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.hpa.replicas import CalculatorConfig
+from nodeagent.cluster.autoscaling.metrics.external import PrometheusSource
 from nodeagent.cluster.autoscaling.metrics.scrape import MetricsStore
 from nodeagent.cluster.controllers.manager.client import FIELD_MANAGER, USER, ApiError, Obj
 from nodeagent.cluster.controllers.manager.horizontal import HorizontalSettings
@@ -112,6 +114,7 @@ class ControlPlane:
         runner: web.AppRunner | None = None
         recorder: EventRecorder | None = None
         pod_log: AgentProxy | None = None
+        external: PrometheusSource | None = None
         tasks = GuardedTasks("server")
         tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
                     forever=True)
@@ -132,7 +135,8 @@ class ControlPlane:
             pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
             add_pod_exec(settings, pod_log)  # kubectl exec
             metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top, the HPA
-            await self._controller_manager(registry, tasks, metrics.store)
+            external = add_custom_metrics(metrics, self.config)  # custom and external metrics APIs
+            await self._controller_manager(registry, tasks, metrics.store, external)
             app = create_kube_app(registry, settings, openapi=CatalogOpenAPI(registry.catalog),
                                   log_requests=self.config.logging.level == "debug", metrics=metrics)
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
@@ -162,6 +166,8 @@ class ControlPlane:
                 await runner.cleanup()
             if pod_log is not None:
                 await pod_log.close()
+            if external is not None:
+                await external.close()
             await store.close()
 
     async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:
@@ -190,7 +196,8 @@ class ControlPlane:
         tasks.start(self.scheduler.run(), name="scheduler", forever=True)
         return recorder
 
-    async def _controller_manager(self, registry: Registry, tasks: GuardedTasks, metrics: MetricsStore) -> None:
+    async def _controller_manager(self, registry: Registry, tasks: GuardedTasks, metrics: MetricsStore,
+                                  external: PrometheusSource | None = None) -> None:
         """The controllers (cluster/controllers/manager) over their shared informers, each fed by a
         list+watch of its resource and listed before any controller starts (WaitForCacheSync); the
         HPA reads the scrape's sample window."""
@@ -207,7 +214,8 @@ class ControlPlane:
         manager = self.controllers = ControllerManager(client, self.clock, enabled=enabled, recorder=recorder,
                                                        node_lifecycle=self.config.node_lifecycle.settings(),
                                                        metrics=metrics.window,
-                                                       hpa=hpa_settings(self.config, metrics.rate_window))
+                                                       hpa=hpa_settings(self.config, metrics.rate_window),
+                                                       external_metrics=external)
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()

@@ -36,6 +36,12 @@
       cpuInitializationPeriod: 5m
       initialReadinessDelay: 30s
       fast: false               # true: a sync a second and the fast first reaction (autoscaling/hpa/fast.py)
+    externalMetrics:            # set: external.metrics.k8s.io and HPA External metrics from Prometheus
+      prometheusURL: http://127.0.0.1:9090
+      timeout: 5s
+      rules:                    # prometheus-adapter's externalRules, kept small; none: a name is its series
+        - name: queue_depth
+          query: sum(queue_messages{<<.LabelMatchers>>})
 """
 
 from __future__ import annotations
@@ -125,6 +131,25 @@ class HorizontalPodAutoscalerConfig(BaseModel):
     fast: bool = False
 
 
+class ExternalMetricRuleConfig(BaseModel):
+    """One metric name and its PromQL template (<<.Series>>, <<.LabelMatchers>>, <<.Namespace>>)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]
+    query: Annotated[str, Field(min_length=1)] = "<<.Series>>{<<.LabelMatchers>>}"
+
+
+class ExternalMetricsConfig(BaseModel):
+    """Where external metrics come from: a Prometheus (its HTTP API) and the rules that name them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    prometheus_url: Annotated[str, Field(alias="prometheusURL", pattern=r"^https?://")]
+    timeout: PositiveDuration = 5.0
+    rules: tuple[ExternalMetricRuleConfig, ...] = ()
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -142,6 +167,7 @@ class ServerConfig(BaseModel):
     controllers: tuple[str, ...] = ("*",)
     node_lifecycle: NodeLifecycleConfig = Field(default_factory=NodeLifecycleConfig)
     horizontal_pod_autoscaler: HorizontalPodAutoscalerConfig = Field(default_factory=HorizontalPodAutoscalerConfig)
+    external_metrics: ExternalMetricsConfig | None = None  # unset: no external metrics API
 
     @model_validator(mode="after")
     def _controllers(self) -> ServerConfig:

@@ -24,7 +24,6 @@ from aiohttp import web
 from nodeagent.cluster.apiserver import protobuf
 from nodeagent.cluster.apiserver.discovery import Discovery
 from nodeagent.cluster.apiserver.encoding import json_response
-from nodeagent.cluster.apiserver.metrics_api import GROUP as METRICS_GROUP
 from nodeagent.cluster.apiserver.metrics_api import MetricsAPI, MetricsCatalog
 from nodeagent.cluster.apiserver.negotiation import wants_aggregated_discovery
 from nodeagent.cluster.apiserver.requestinfo import request_info
@@ -154,7 +153,8 @@ class KubeAPI:
                  software_version: str = "0.1.0", ready: Callable[[], bool] | None = None,
                  metrics: MetricsAPI | None = None) -> None:
         self.registry, self.settings, self.openapi, self.metrics = registry, settings, openapi, metrics
-        self.discovery = Discovery(registry.catalog if metrics is None else MetricsCatalog(registry.catalog))
+        self.discovery = Discovery(registry.catalog if metrics is None
+                                   else MetricsCatalog(registry.catalog, metrics.resources))
         self.version = orjson.dumps(version_info(software_version))
         self.ready = ready or (lambda: True)
 
@@ -162,8 +162,8 @@ class KubeAPI:
         path = request.path
         ri = request_info(request.method, path, request.query.get("watch"))
         if ri.resource_request:
-            if self.metrics is not None and ri.api_prefix == "apis" and ri.group == METRICS_GROUP:
-                return await self.metrics.handle(request, ri)
+            if self.metrics is not None and ri.api_prefix == "apis" and ri.group in self.metrics.groups:
+                return await self.metrics.groups[ri.group](request, ri)
             return await handle(request, ri, self.registry, self.settings)
         if request.method not in ("GET", "HEAD"):
             raise errors.path_not_found()

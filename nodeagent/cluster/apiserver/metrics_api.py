@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ class MetricsCatalog(Catalog):
         self.base.add_subresource(info, sub)
 
     def subresources(self, info: ResourceInfo) -> list[Subresource]:
-        return self.base.subresources(info) if info.group != GROUP else []
+        return [] if info.group.endswith(GROUP) else self.base.subresources(info)  # every metrics group
 
     def get(self, group: str, version: str, plural: str) -> ResourceInfo | None:
         return self.base.get(group, version, plural) or self._by_path.get((group, version, plural))
@@ -97,13 +97,24 @@ def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
 
 
+GroupHandler = Callable[[web.Request, RequestInfo], Awaitable[web.StreamResponse]]
+
+
 class MetricsAPI:
-    """The handler of /apis/metrics.k8s.io/v1beta1 over one MetricsStore."""
+    """The handler of /apis/metrics.k8s.io/v1beta1 over one MetricsStore, and of the other metrics
+    groups added to it (custom_metrics_api: custom.metrics.k8s.io, external.metrics.k8s.io)."""
 
     group = GROUP
 
     def __init__(self, registry: Registry, store: MetricsStore, clock: Clock) -> None:
         self.registry, self.store, self.clock = registry, store, clock
+        self.groups: dict[str, GroupHandler] = {GROUP: self.handle}
+        self.resources: tuple[ResourceInfo, ...] = (NODES, PODS)  # what discovery lists
+
+    def add_group(self, group: str, handler: GroupHandler, resources: tuple[ResourceInfo, ...]) -> None:
+        """Serve another metrics group's resource paths through `handler`; discovery lists `resources`."""
+        self.groups[group] = handler
+        self.resources = (*self.resources, *resources)
 
     async def _objects(self, plural: str, namespace: str | None) -> dict[tuple[str, str], dict[str, Any]]:
         listed = await self.registry.resource("", "v1", plural).list(namespace, ListOptions())

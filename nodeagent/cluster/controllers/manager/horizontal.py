@@ -3,9 +3,11 @@
 Every sync period (15 s upstream: --horizontal-pod-autoscaler-sync-period; 1 s in the fast mode of
 hpa.fast) each HPA is synced: the target's scale is read through the scale subresource, its pods
 come from the pod informer by the scale's selector, their metrics from the server's sample window
-(hpa.source.WindowReader), and the pure `reconcile` says what to do; the loop writes the scale
-(through the scale subresource, so only spec.replicas moves), then the status when it changed,
-and records the events (SuccessfulRescale, FailedGetScale, FailedGetResourceMetric...).
+(hpa.source.WindowReader; External metrics fetched first from the configured source,
+metrics.external, as upstream's sync queries the external metrics API), and the pure `reconcile`
+says what to do; the loop writes the scale (through the scale subresource, so only spec.replicas
+moves), then the status when it changed, and records the events (SuccessfulRescale, FailedGetScale,
+FailedGetResourceMetric...).
 
 As upstream, a sync is always followed by the next one a period later, whatever happened, and a
 change of an HPA's spec is synced at once; the HPA's own status writes do not wake it (upstream's
@@ -16,6 +18,7 @@ starts it afresh.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -26,7 +29,13 @@ from nodeagent.cluster.autoscaling.hpa.controller import ControllerConfig, FastM
 from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.hpa.normalize import History
 from nodeagent.cluster.autoscaling.hpa.pods import PodInfo, pod_info
-from nodeagent.cluster.autoscaling.hpa.source import WindowReader
+from nodeagent.cluster.autoscaling.hpa.source import ExternalValues, WindowReader, external_key
+from nodeagent.cluster.autoscaling.metrics.external import (
+    ExternalMetricError,
+    ExternalSource,
+    Sample,
+    selector_from_dict,
+)
 from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.cluster.controllers.common.actions import Action, Event, ObjectRef, Plan, UpdateStatus
 from nodeagent.cluster.controllers.common.meta import key, labels, namespace, spec
@@ -149,9 +158,10 @@ class HorizontalController(Controller):
     workers = 2
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, hpas: Informer, pods: Informer,
-                 scales: Scales, window: SampleWindow | None, settings: HorizontalSettings | None = None) -> None:
+                 scales: Scales, window: SampleWindow | None, settings: HorizontalSettings | None = None,
+                 external: ExternalSource | None = None) -> None:
         super().__init__(clock)
-        self.hpas, self.pods, self.scales, self.window = hpas, pods, scales, window
+        self.hpas, self.pods, self.scales, self.window, self.external = hpas, pods, scales, window, external
         self.settings = settings or HorizontalSettings()
         self.executor = Executor(client, recorder, COMPONENT)
         self.histories: dict[str, History] = {}
@@ -203,14 +213,40 @@ class HorizontalController(Controller):
         others = {h for p in pods for h in self.selecting.get(p, ())} - {k}
         return sorted(h for h in others if self.hpas.get(h) is not None)
 
-    def _readers(self, ns: str, pods: Sequence[PodInfo], now: float) -> tuple[WindowReader, FastMode | None]:
+    def _readers(self, ns: str, pods: Sequence[PodInfo], now: float,
+                 external: ExternalValues) -> tuple[WindowReader, FastMode | None]:
         fast = self.settings.fast
         if fast is None:
-            reader = WindowReader(self.window, ns, pods, now, self.settings.metric_window, self.settings.metric_max_age)
+            reader = WindowReader(self.window, ns, pods, now, self.settings.metric_window, self.settings.metric_max_age,
+                                  external)
             return reader, None
-        steady = WindowReader(self.window, ns, pods, now, fast.steady_metric_window)
-        quick = WindowReader(self.window, ns, pods, now, fast.quick_metric_window)
+        steady = WindowReader(self.window, ns, pods, now, fast.steady_metric_window, external=external)
+        quick = WindowReader(self.window, ns, pods, now, fast.quick_metric_window, external=external)
         return steady, FastMode(quick, fast)
+
+    async def _external(self, hpa: Mapping[str, Any], ns: str) -> ExternalValues:
+        """The samples of each of the HPA's External metrics (or why not), fetched concurrently."""
+        wanted: dict[str, tuple[str, Mapping[str, Any] | None]] = {}
+        for m in spec(hpa).get("metrics") or ():
+            ident = ((m.get("external") or {}).get("metric") or {}) if m.get("type") == "External" else None
+            if ident and ident.get("name"):
+                try:
+                    wanted[external_key(str(ident["name"]), ident.get("selector"))] = (
+                        str(ident["name"]), ident.get("selector"))
+                except ExternalMetricError:
+                    continue  # the reader reports the bad selector
+        if not wanted or self.external is None:
+            return {}
+        source = self.external
+
+        async def one(name: str, selector: Mapping[str, Any] | None) -> list[Sample] | ExternalMetricError:
+            try:
+                return await source.samples(ns, name, selector_from_dict(selector))
+            except ExternalMetricError as e:
+                return e
+
+        got = await asyncio.gather(*(one(n, s) for n, s in wanted.values()))
+        return dict(zip(wanted, got, strict=True))
 
     async def sync(self, k: str) -> float | None:
         hpa = self.hpas.get(k)
@@ -234,7 +270,7 @@ class HorizontalController(Controller):
             self._record(k, pod_keys)
             competing = self._competing(k, pod_keys)
         pods = [pod_info(p) for p in pod_objects]
-        reader, fast = self._readers(ns, pods, now)
+        reader, fast = self._readers(ns, pods, now, await self._external(hpa, ns))
         outcome = reconcile(hpa, scale, pods, reader, self.histories.get(k, History()), now,
                             self.settings.controller, scale_error=scale_error, competing_hpas=competing, fast=fast)
         previous = hpa.get("status") if isinstance(hpa.get("status"), Mapping) else {}

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 
 import structlog
 
+from nodeagent.cluster.autoscaling.metrics.external import ExternalSource
 from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.cronjob import CronJobController
@@ -63,9 +64,10 @@ class ControllerManager:
                  recorder: Callable[[str], Recorder | None] = lambda _component: None,
                  node_lifecycle: NodeLifecycleSettings | None = None,
                  scales: Scales | None = None, metrics: SampleWindow | None = None,
-                 hpa: HorizontalSettings | None = None) -> None:
+                 hpa: HorizontalSettings | None = None, external_metrics: ExternalSource | None = None) -> None:
         """`scales`: the scale subresource the HPA reads and writes (the client's when it has one);
-        `metrics`: the server's sample window the HPA reads pods' usage from (None: no metrics)."""
+        `metrics`: the server's sample window the HPA reads pods' usage from (None: no metrics);
+        `external_metrics`: where the HPA's External metrics come from (None: not served)."""
         unknown = sorted(set(enabled) - set(CONTROLLERS))
         if unknown:
             raise ValueError(f"unknown controllers: {', '.join(unknown)}")
@@ -127,7 +129,7 @@ class ControllerManager:
             self.horizontal = HorizontalController(
                 clock, client, recorder(COMPONENTS["horizontalpodautoscaling"]),
                 hpas=self.informer("autoscaling/v2", "HorizontalPodAutoscaler"), pods=self.informer("v1", "Pod"),
-                scales=scales, window=metrics, settings=hpa)
+                scales=scales, window=metrics, settings=hpa, external=external_metrics)
             self.controllers.append(self.horizontal)
 
     def informer(self, api_version: str, kind: str) -> Informer:
