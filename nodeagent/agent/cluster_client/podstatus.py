@@ -39,6 +39,21 @@ def server_status(local_pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
+
+
+def with_generation(status: dict[str, Any], generation: int | None) -> dict[str, Any]:
+    """The status with `observedGeneration` (the pod generation whose spec the agent has taken
+    in), also on the resize conditions, as the 1.35 kubelet writes them; unchanged when unknown."""
+    if generation is None:
+        return status
+    out = {**status, "observedGeneration": generation}
+    if isinstance(status.get("conditions"), list):
+        out["conditions"] = [{**c, "observedGeneration": generation} if c.get("type") in RESIZE_CONDITIONS else c
+                             for c in status["conditions"]]
+    return out
+
+
 def refused_status(reason: str, message: str) -> dict[str, Any]:
     """A pod refused at admission, as the kubelet reports it (rejectPod): Failed, the reason
     (OutOfmemory, OutOfcpu, Evicted, ...) and the message; it never runs here."""
