@@ -3,7 +3,8 @@ to a real agent is resized with `kubectl patch --subresource resize`; the agent,
 pods, applies it to the running process's cgroups (memory.limit_in_bytes / cpu.cfs_quota_us on
 v1, memory.max / cpu.max on v2) without restarting it, and reports allocatedResources,
 resources and observedGeneration through pods/status; a resize beyond the node's allocatable is
-PodResizePending reason Infeasible and leaves the cgroups alone.
+PodResizePending reason Infeasible and leaves the cgroups alone; one that fits only once another
+pod is gone is Deferred, then applied when that pod is deleted.
 
 Host (cgroup v1):    .venv/bin/pytest integration/test_agent_controlplane_resize.py -q
 UML guest (pure v2): integration/run-in-uml.sh .venv/bin/pytest integration/test_agent_controlplane_resize.py -q
@@ -19,6 +20,7 @@ from agent_harness import NODE_NAME, AgentProcess, container_status, poll_until,
 from kernel_view import CgroupFiles, cpu_is, expect_cpu, expect_memory, page_floor
 from secure_cluster import MARKS, SecureServer
 
+from nodeagent.core.quantity import parse_quantity
 from nodeagent.core.resources import milli_cpu_to_shares
 
 pytestmark = MARKS
@@ -80,17 +82,43 @@ def test_a_server_pod_is_resized_in_place_by_its_agent(server: SecureServer,
         assert container_status(pod)["restartCount"] == 0
         print("resized in place: pid", proc[0], "status", json.dumps(container_status(pod)["resources"]))
 
+        # room taken by another pod: Deferred until it goes, then applied
+        alloc = parse_quantity(server.get_json("node", NODE_NAME)["status"]["allocatable"]["cpu"]).milli_value()
+        hog = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": "default"},
+               "spec": {"terminationGracePeriodSeconds": 5, "containers": [{
+                   "name": "main", "command": ["/bin/sh", "-c", TRAP],
+                   "resources": {"requests": {"cpu": f"{alloc - 300}m"}}}]}}
+        (server.tmp / "hog.json").write_text(json.dumps(hog))
+        server.kubectl("apply", "-f", str(server.tmp / "hog.json"))
+        server.kubectl("wait", "--for=condition=Ready", "pod/hog", "--timeout=60s", timeout=70)
+        resize(server, {"requests": {"cpu": "400m"}})
+
+        def deferred() -> dict[str, Any] | None:
+            status = server.get_json("pod", "rz")["status"]
+            pending = [c for c in status.get("conditions", []) if c["type"] == "PodResizePending"]
+            ok = status.get("observedGeneration") == 3 and pending and pending[0].get("reason") == "Deferred"
+            return pending[0] if ok else None
+
+        cond = poll_until(deferred, 20, "PodResizePending Deferred")
+        assert "Node didn't have enough resource: cpu" in cond["message"], cond
+        assert cpu_is(cg, path, milli_cpu_to_shares(200), 50000)
+        server.kubectl("delete", "pod", "hog", "--timeout=60s", timeout=70)
+        poll_until(lambda: cpu_is(cg, path, milli_cpu_to_shares(400), 50000), 20, "the deferred resize to apply")
+        poll_until(lambda: not [c for c in server.get_json("pod", "rz")["status"].get("conditions", [])
+                                if c["type"].startswith("PodResize")], 20, "the resize conditions to clear")
+        assert running_pid(agent.pod("rz")) == proc
+
         # beyond the node's allocatable: Infeasible, the cgroups keep what they have
         resize(server, {"requests": {"memory": "100Ti"}, "limits": {"memory": "100Ti"}})
 
         def infeasible() -> dict[str, Any] | None:
             status = server.get_json("pod", "rz")["status"]
             pending = [c for c in status.get("conditions", []) if c["type"] == "PodResizePending"]
-            ok = status.get("observedGeneration") == 3 and pending and pending[0].get("reason") == "Infeasible"
+            ok = status.get("observedGeneration") == 4 and pending and pending[0].get("reason") == "Infeasible"
             return pending[0] if ok else None
 
         cond = poll_until(infeasible, 20, "PodResizePending Infeasible")
-        assert cond.get("observedGeneration") == 3 and "Node didn't have enough capacity: memory" in cond["message"]
+        assert cond.get("observedGeneration") == 4 and "Node didn't have enough capacity: memory" in cond["message"]
         assert memory_is(cg, path, 128 * MI) and running_pid(agent.pod("rz")) == proc
 
         # a QoS class change never reaches the agent

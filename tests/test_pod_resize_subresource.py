@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nodeagent.agent.cluster_client.podsource import local_manifest, resize_patch
-from nodeagent.agent.cluster_client.podstatus import with_generation
+from nodeagent.agent.cluster_client.podstatus import status_patch, with_generation
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.kinds.pods import PodStrategy, default_pod_spec
 from nodeagent.core.model import parse_pod
@@ -190,3 +190,13 @@ def test_observed_generation_on_status_and_resize_conditions() -> None:
     assert out["conditions"][0] == {"type": "Ready", "status": "True"}
     assert out["conditions"][1]["observedGeneration"] == 3 and out["conditions"][1]["reason"] == "Deferred"
     assert with_generation(status, None) is status
+
+
+def test_a_resize_condition_no_longer_reported_is_removed() -> None:
+    """The resize conditions are the agent's alone: once it stops reporting one, the server's goes
+    (other types it does not report, such as PodScheduled, stay)."""
+    current = {"conditions": [{"type": "PodScheduled", "status": "True"},
+                              {"type": "PodResizePending", "status": "True", "reason": "Deferred"}]}
+    ops = status_patch("u1", {"conditions": [{"type": "Ready", "status": "True"}]}, current)
+    conditions = next(op["value"] for op in ops if op["path"] == "/status/conditions")
+    assert [c["type"] for c in conditions] == ["PodScheduled", "Ready"]
