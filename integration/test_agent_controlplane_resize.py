@@ -4,7 +4,8 @@ pods, applies it to the running process's cgroups (memory.limit_in_bytes / cpu.c
 v1, memory.max / cpu.max on v2) without restarting it, and reports allocatedResources,
 resources and observedGeneration through pods/status; a resize beyond the node's allocatable is
 PodResizePending reason Infeasible and leaves the cgroups alone; one that fits only once another
-pod is gone is Deferred, then applied when that pod is deleted.
+pod is gone is Deferred, then applied when that pod is deleted; a resizePolicy changed to
+RestartContainer through the subresource restarts the container with its new memory limit.
 
 Host (cgroup v1):    .venv/bin/pytest integration/test_agent_controlplane_resize.py -q
 UML guest (pure v2): integration/run-in-uml.sh .venv/bin/pytest integration/test_agent_controlplane_resize.py -q
@@ -108,18 +109,33 @@ def test_a_server_pod_is_resized_in_place_by_its_agent(server: SecureServer,
                                 if c["type"].startswith("PodResize")], 20, "the resize conditions to clear")
         assert running_pid(agent.pod("rz")) == proc
 
+        # resizePolicy changed through the subresource: memory now RestartContainer, so the
+        # container is restarted with its new limit
+        patch = {"spec": {"containers": [{"name": "main", "resources": {"limits": {"memory": "96Mi"}},
+                                          "resizePolicy": [{"resourceName": "memory",
+                                                            "restartPolicy": "RestartContainer"}]}]}}
+        server.kubectl("patch", "pod", "rz", "--subresource", "resize", "--patch", json.dumps(patch))
+
+        def restarted() -> tuple[int, int] | None:
+            now = running_pid(agent.pod("rz"))
+            cs = server.get_json("pod", "rz")["status"]["containerStatuses"][0]
+            return now if now and now != proc and cs["restartCount"] == 1 and cs["ready"] else None
+
+        proc = poll_until(restarted, 30, "the container to be restarted (RestartContainer)")
+        assert memory_is(cg, path, 96 * MI) and proc[0] in cg.pids(path)
+
         # beyond the node's allocatable: Infeasible, the cgroups keep what they have
         resize(server, {"requests": {"memory": "100Ti"}, "limits": {"memory": "100Ti"}})
 
         def infeasible() -> dict[str, Any] | None:
             status = server.get_json("pod", "rz")["status"]
             pending = [c for c in status.get("conditions", []) if c["type"] == "PodResizePending"]
-            ok = status.get("observedGeneration") == 4 and pending and pending[0].get("reason") == "Infeasible"
+            ok = status.get("observedGeneration") == 5 and pending and pending[0].get("reason") == "Infeasible"
             return pending[0] if ok else None
 
         cond = poll_until(infeasible, 20, "PodResizePending Infeasible")
-        assert cond.get("observedGeneration") == 4 and "Node didn't have enough capacity: memory" in cond["message"]
-        assert memory_is(cg, path, 128 * MI) and running_pid(agent.pod("rz")) == proc
+        assert cond.get("observedGeneration") == 5 and "Node didn't have enough capacity: memory" in cond["message"]
+        assert memory_is(cg, path, 96 * MI) and running_pid(agent.pod("rz")) == proc
 
         # a QoS class change never reaches the agent
         bad = resize(server, {"requests": {"cpu": "500m"}}, check=False)  # requests == limits: Guaranteed
