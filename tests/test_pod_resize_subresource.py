@@ -165,6 +165,17 @@ def test_a_bad_resize_policy_is_refused() -> None:
     assert "resizePolicy" in messages(old, new)
 
 
+def test_restart_container_with_restart_policy_never() -> None:
+    """validateResizePolicy: RestartContainer needs a pod that restarts containers."""
+    old = pod(B, restartPolicy="Never")
+    new = copy.deepcopy(old)
+    new["spec"]["containers"][0]["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    assert ("spec.containers[0].resizePolicy: Invalid value: \"RestartContainer\": must be 'NotRequired' when "
+            "`restartPolicy` is 'Never'") in messages(old, new)
+    new["spec"]["containers"][0]["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]
+    assert messages(old, new) == ""
+
+
 def test_resize_patch_from_the_server_pod() -> None:
     server = pod(B)
     server["metadata"]["uid"] = "11111111-2222-3333-4444-555555555555"
