@@ -1,7 +1,7 @@
 """`kubectl patch pod --subresource resize` against a real `nodeagent server run` (no agent): the
 spec's resources change and metadata.generation goes up, what is not a resource is ignored, a QoS
 class change is 422 with upstream's message, the plain pod update still refuses resources, and
-discovery lists pods/resize; the official Python client reaches it too."""
+discovery lists pods/resize; the official Python client patches and replaces through it too."""
 
 from __future__ import annotations
 
@@ -90,3 +90,12 @@ def test_discovery_and_python_client(server: Server) -> None:
         api.patch_namespaced_pod_resize(
             "py", "default", {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": None}}}]}})
     assert e.value.status == 422 and "resource requests cannot be removed" in e.value.body
+
+    # PUT pods/py/resize: the whole pod is sent, only its resources are taken
+    current = api.read_namespaced_pod("py", "default")
+    current.spec.containers[0].resources.requests["cpu"] = "250m"
+    current.spec.containers[0].image = "ignored"
+    current.metadata.labels = {"not": "kept"}
+    put = api.replace_namespaced_pod_resize("py", "default", current)
+    assert put.spec.containers[0].resources.requests["cpu"] == "250m" and put.metadata.generation == 3
+    assert put.spec.containers[0].image is None and not put.metadata.labels
