@@ -109,7 +109,7 @@ def test_every_kind_has_a_unique_path_and_columns_match_cells() -> None:
     with pytest.raises(ValueError):
         catalog.add(PodStrategy.info)
     catalog.add_subresource(PodStrategy.info, Subresource("log", "Pod", ("get",)))
-    assert [s.name for s in catalog.subresources(PodStrategy.info)] == ["status", "log"]
+    assert [s.name for s in catalog.subresources(PodStrategy.info)] == ["status", "resize", "log"]
     assert catalog.group_versions()[0] == ("", "v1")
 
 

@@ -22,6 +22,12 @@ Reconcile (`plan_actions`, pure, table-tested), once the first list succeeded:
   pod's own grace (deleted or re-created on the server while the agent was down or partitioned)
 After an agent restart the pods come back from checkpoints (PodManager.restore) with their
 annotation, so a re-list finds them and starts nothing twice.
+
+Resize (KEP-1287): a server pod of ours whose containers' resources differ from what the agent
+holds as desired (`resize_patch`, pure) is handed to the agent's own pods/resize path (admission
+Infeasible/Deferred/accepted, live cgroup writes or RestartContainer), once per metadata.generation;
+the status then carries allocatedResources/resources, PodResizePending/PodResizeInProgress and
+`observedGeneration` (the generation whose spec the agent has taken in).
 """
 
 from __future__ import annotations
@@ -43,9 +49,11 @@ from nodeagent.agent.config.settings import Config
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
 from nodeagent.agent.pods.manager import PodManager
+from nodeagent.agent.pods.resize import MERGE
 from nodeagent.core.clock import Clock, SystemClock
-from nodeagent.core.errors import ValidationErrors
-from nodeagent.core.model import Pod
+from nodeagent.core.errors import FieldError, ValidationErrors
+from nodeagent.core.model import Pod, parse_pod
+from nodeagent.core.resize import resources_of
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.kubeconfig import KubeconfigError
 
@@ -155,6 +163,31 @@ def _without_unknown(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
+def resize_patch(server_pod: Mapping[str, Any], desired: Pod) -> dict[str, Any] | None:
+    """The merge patch for the agent's pods/resize that brings `desired` (the spec the agent
+    holds: allocated, or a pending resize) to the server pod's containers' resources and
+    resizePolicy; None when their resources agree (or the server pod cannot be read)."""
+    try:
+        server = parse_pod(local_manifest(server_pod))
+    except ValidationErrors:
+        return None
+    want = {c.name: resources_of(c) for c in (*server.spec.init_containers, *server.spec.containers)}
+    have = {c.name: resources_of(c) for c in (*desired.spec.init_containers, *desired.spec.containers)}
+    if set(want) != set(have):
+        return None  # not a resize (the server refuses added or removed containers)
+    if all((want[n].requests, want[n].limits) == (have[n].requests, have[n].limits) for n in want):
+        return None
+    spec = server_pod.get("spec") or {}
+    patch: dict[str, Any] = {}
+    for key in ("initContainers", "containers"):
+        items = [c for c in spec.get(key) or [] if isinstance(c, dict)]
+        if items:
+            patch[key] = [{"name": c.get("name"), "resources": c.get("resources") or {},
+                           **({"resizePolicy": c["resizePolicy"]} if c.get("resizePolicy") else {})}
+                          for c in items]
+    return {"spec": patch}
+
+
 def apply_event(pods: dict[Key, dict[str, Any]], event: Mapping[str, Any]) -> str | None:
     """One watch event onto the map; the resourceVersion it carries. Gone on a 410 ERROR."""
     kind = event.get("type")
@@ -224,6 +257,7 @@ class PodSync(KubeconfigClient):
         self.refused: dict[str, tuple[Key, str, str]] = {}  # server uid -> (key, reason, message)
         self.finalized: set[str] = set()
         self.statuses = podstatus.StatusTracker()
+        self.observed: dict[str, int] = {}  # server uid -> the generation whose spec the agent took in
         self.watch_failures = 0
         self.relists = 0
         self.last_error: str | None = None
@@ -327,8 +361,36 @@ class PodSync(KubeconfigClient):
                 await self._act(client, action)
             except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as e:
                 log.warning("server_pod_action_failed", action=action.kind, pod="/".join(action.key), error=str(e))
+        await self.resize_pods()
         await self.push_statuses(client)
         await self.post_events(client)
+
+    async def resize_pods(self) -> None:
+        """Server pods of ours whose generation the agent has not taken in: a resources change
+        goes through the agent's pods/resize (once per generation; a refusal is an event)."""
+        for key, pod in self.server.items():
+            meta = _meta(pod)
+            uid = str(meta.get("uid") or "")
+            w = self.manager.pods.get(key)
+            if w is None or w.pod.metadata.annotations.get(SERVER_UID) != uid or meta.get("deletionTimestamp"):
+                continue
+            generation = int(meta.get("generation") or 0)
+            if self.observed.get(uid) == generation or w.terminal:
+                continue
+            patch = resize_patch(pod, w.resize.desired or w.plan.pod)
+            if patch is not None:
+                try:
+                    await self.manager.resize_pod(key[0], key[1], patch, MERGE)
+                    log.info("server_pod_resized", pod="/".join(key), uid=uid, generation=generation)
+                except (ValidationErrors, FieldError) as e:
+                    message = str(e).replace("\n", "; ")
+                    log.warning("server_pod_resize_refused", pod="/".join(key), uid=uid, error=message)
+                    if self.events is not None:
+                        self.events.record("ResizeRefused", message, namespace=key[0], name=key[1], uid=uid)
+                except DurabilityError as e:
+                    log.error("server_pod_resize_failed", pod="/".join(key), error=str(e))
+                    continue  # tried again next round
+            self.observed[uid] = generation
 
     async def post_events(self, client: ApiClient) -> None:
         """The agent's events about pods the server has (same uid), once each, as core/v1 Events."""
@@ -405,7 +467,8 @@ class PodSync(KubeconfigClient):
             pod = self.server.get(key)
             if uid is None or pod is None or str(_meta(pod).get("uid") or "") != uid:
                 continue
-            wanted.append((key, uid, podstatus.server_status(w.to_dict())))
+            wanted.append((key, uid, podstatus.with_generation(podstatus.server_status(w.to_dict()),
+                                                               self.observed.get(uid))))
         for uid, (key, reason, message) in self.refused.items():
             pod = self.server.get(key)
             if pod is not None and str(_meta(pod).get("uid") or "") == uid and not _meta(pod).get("deletionTimestamp"):
@@ -429,6 +492,7 @@ class PodSync(KubeconfigClient):
         live = {uid for uid in self.refused if any(str(_meta(p).get("uid") or "") == uid for p in self.server.values())}
         self.refused = {uid: v for uid, v in self.refused.items() if uid in live}
         self.finalized &= {str(_meta(p).get("uid") or "") for p in self.server.values()}
+        self.observed = {u: g for u, g in self.observed.items() if u in {uid for _, uid, _ in wanted}}
 
     async def reconcile_loop(self) -> None:
         while True:

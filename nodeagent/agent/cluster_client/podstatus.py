@@ -39,6 +39,21 @@ def server_status(local_pod: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
+
+
+def with_generation(status: dict[str, Any], generation: int | None) -> dict[str, Any]:
+    """The status with `observedGeneration` (the pod generation whose spec the agent has taken
+    in), also on the resize conditions, as the 1.35 kubelet writes them; unchanged when unknown."""
+    if generation is None:
+        return status
+    out = {**status, "observedGeneration": generation}
+    if isinstance(status.get("conditions"), list):
+        out["conditions"] = [{**c, "observedGeneration": generation} if c.get("type") in RESIZE_CONDITIONS else c
+                             for c in status["conditions"]]
+    return out
+
+
 def refused_status(reason: str, message: str) -> dict[str, Any]:
     """A pod refused at admission, as the kubelet reports it (rejectPod): Failed, the reason
     (OutOfmemory, OutOfcpu, Evicted, ...) and the message; it never runs here."""
@@ -51,14 +66,16 @@ def status_patch(uid: str, status: dict[str, Any], current: dict[str, Any]) -> l
     key of ours: set, or removed when it is null and the server's copy (`current`, its status as
     last watched) has it. The conditions are the server's of types we do not report (PodScheduled
     from the scheduler, DisruptionTarget) with ours replacing or adding theirs by type, as the
-    kubelet's status manager merges; keys we do not report (nominatedNodeName, resize) stay.
+    kubelet's status manager merges (the resize conditions are ours alone: one we no longer
+    report goes); keys we do not report (nominatedNodeName, resize) stay.
     PodScheduled=True is added when neither side has it (a pod created with spec.nodeName), as
     the kubelet's generateAPIPodStatus does."""
     ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
     for key, value in status.items():
         if key == "conditions":
             ours = {c.get("type"): {k: v for k, v in c.items() if v is not None} for c in value}
-            theirs = [c for c in current.get("conditions") or [] if c.get("type") not in ours]
+            theirs = [c for c in current.get("conditions") or []
+                      if c.get("type") not in ours and c.get("type") not in RESIZE_CONDITIONS]
             if not any(c.get("type") == POD_SCHEDULED for c in theirs) and POD_SCHEDULED not in ours:
                 theirs.append({"type": POD_SCHEDULED, "status": "True",
                                "lastTransitionTime": status.get("startTime")})

@@ -136,7 +136,7 @@ def _merge_named(items: list[Any], patches: list[Any], path: str) -> list[Any]:
 
 def patched_pod(current: Pod, patch: Mapping[str, Any], patch_type: str) -> Pod:
     """The pod as the resize asks for it: the patch applied to `current` (its spec as it reads
-    now), of which only the containers' resources are kept. ValidationErrors or FieldError."""
+    now), of which only the containers' resources (and resizePolicy) are kept. ValidationErrors or FieldError."""
     base = current.to_dict()
     merged = strategic_merge(base, patch) if patch_type == STRATEGIC else merge_patch(base, patch)
     spec = merged.get("spec") if isinstance(merged, dict) else None
@@ -151,8 +151,10 @@ def patched_pod(current: Pod, patch: Mapping[str, Any], patch_type: str) -> Pod:
         by_name = {c["name"]: c for c in new}
         if set(by_name) != {c["name"] for c in old} or len(by_name) != len(new):
             raise FieldError(f"spec.{key}", "Forbidden: containers may not be added or removed by a resize")
-        if old:
-            out_spec[key] = [{**c, "resources": by_name[c["name"]].get("resources") or {}} for c in old]
+        if old:  # resizePolicy too, when the patch names it (the server's pods/resize lets it change)
+            out_spec[key] = [{**c, "resources": by_name[c["name"]].get("resources") or {},
+                              **({"resizePolicy": by_name[c["name"]]["resizePolicy"]}
+                                 if by_name[c["name"]].get("resizePolicy") else {})} for c in old]
     return parse_pod({**base, "spec": out_spec})
 
 

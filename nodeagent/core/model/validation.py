@@ -92,6 +92,7 @@ def pod_errors(pod: Pod) -> list[FieldError]:
         seen.add(c.name)
         errs += _resource_errors(f"spec.containers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.containers[{i}]", c, grace, init=False)
+        errs += _resize_policy_never(f"spec.containers[{i}]", c, pod.spec.restart_policy)
         errs += mount_errors(f"spec.containers[{i}]", c.volume_mounts, volumes)
     for i, c in enumerate(pod.spec.init_containers):
         # validateInitContainers: names are unique across init and app containers
@@ -100,6 +101,8 @@ def pod_errors(pod: Pod) -> list[FieldError]:
         seen.add(c.name)
         errs += _resource_errors(f"spec.initContainers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.initContainers[{i}]", c, grace, init=True)
+        if c.is_sidecar:
+            errs += _resize_policy_never(f"spec.initContainers[{i}]", c, pod.spec.restart_policy)
         errs += mount_errors(f"spec.initContainers[{i}]", c.volume_mounts, volumes)
     errs += _map_errors("spec.nodeSelector", pod.spec.node_selector)
     errs += _toleration_errors(pod)
@@ -119,6 +122,15 @@ def pod_errors(pod: Pod) -> list[FieldError]:
 
 
 _INIT_ONLY_WITH_ALWAYS = "Forbidden: may not be set for init containers without restartPolicy=Always"
+
+
+def _resize_policy_never(path: str, c: Container, restart_policy: str) -> list[FieldError]:
+    """validateResizePolicy: a pod that never restarts containers may not resize by restarting one."""
+    if restart_policy != "Never":
+        return []
+    return [FieldError(f"{path}.resizePolicy", f"Invalid value: {quote(p.restart_policy)}: must be 'NotRequired' "
+                                               "when `restartPolicy` is 'Never'")
+            for p in c.resize_policy if p.restart_policy != "NotRequired"]
 
 
 def _container_errors(path: str, c: Container, grace: int, *, init: bool) -> list[FieldError]:

@@ -16,7 +16,9 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo, Subresource
+from nodeagent.cluster.registry.podresize import resize_errors, resize_view
 from nodeagent.cluster.registry.strategy import Obj, Strategy, get_path
 from nodeagent.cluster.registry.table import AGE, NAME, Column, age
 from nodeagent.core.errors import FieldError, ValidationErrors
@@ -59,9 +61,11 @@ def _strip_unknown(manifest: Obj) -> tuple[Obj, Pod | None]:
 class PodStrategy(Strategy):
     info: ClassVar[ResourceInfo] = ResourceInfo(
         "", "v1", "Pod", "pods", "pod", True, short_names=("po",), categories=("all",),
-        subresources=(Subresource("status", "Pod", ("get", "patch", "update")),))
+        subresources=(Subresource("status", "Pod", ("get", "patch", "update")),
+                      Subresource("resize", "Pod", ("get", "patch", "update"))))
     has_status = True
     generation = True
+    spec_subresources = ("resize",)  # a resize bumps metadata.generation (updatePodGeneration)
     return_deleted_object = True
     field_labels = frozenset({"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
                               "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
@@ -137,10 +141,31 @@ class PodStrategy(Strategy):
         return []
 
     def prepare_for_subresource_update(self, subresource: str, new: Obj, old: Obj) -> Obj:
-        """pods/binding (registry/binding.py) builds the whole new pod from the stored one."""
-        if subresource != "binding":
+        """pods/binding (registry/binding.py) builds the whole new pod from the stored one;
+        pods/resize keeps only the containers' resources and resizePolicy of the request
+        (registry/podresize.py) and refuses, 422, what ValidatePodResize refuses."""
+        if subresource == "binding":
+            return new
+        if subresource != "resize":
             raise NotImplementedError(subresource)
-        return new
+        view = resize_view(new, old)
+        defaulted = copy.deepcopy(view)  # the checks compare what was sent with what is stored
+        if isinstance(defaulted.get("spec"), dict):
+            default_pod_spec(defaulted["spec"])  # requests default from limits, as on any decode
+        parsed = self._parse(defaulted)
+        self._last = None
+        errs = parsed if isinstance(parsed, list) else []
+        old_qos = str((old.get("status") or {}).get("qosClass") or "")
+        if not old_qos:
+            try:
+                old_qos = qos_class(pod_model(old))
+            except ValidationErrors:
+                old_qos = ""
+        new_qos = qos_class(parsed) if isinstance(parsed, Pod) else None
+        errs += resize_errors(view, old, old_qos, new_qos)
+        if errs:
+            raise errors.invalid("Pod", "", str(old["metadata"].get("name") or ""), errs)
+        return defaulted
 
     def validate_status_update(self, new: Obj, old: Obj) -> list[FieldError]:
         status = new.get("status")
