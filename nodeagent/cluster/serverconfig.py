@@ -36,6 +36,10 @@
       cpuInitializationPeriod: 5m
       initialReadinessDelay: 30s
       fast: false               # true: a sync a second and the fast first reaction (autoscaling/hpa/fast.py)
+    verticalPodAutoscaler:      # vpa-recommender's and vpa-updater's intervals
+      recommenderInterval: 1m
+      checkpointInterval: 1m
+      updaterInterval: 1m
 """
 
 from __future__ import annotations
@@ -125,6 +129,16 @@ class HorizontalPodAutoscalerConfig(BaseModel):
     fast: bool = False
 
 
+class VerticalPodAutoscalerConfig(BaseModel):
+    """The VPA loops' periods (upstream's --recommender-interval and --updater-interval, 1 min)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    recommender_interval: PositiveDuration = 60.0
+    checkpoint_interval: PositiveDuration = 60.0
+    updater_interval: PositiveDuration = 60.0
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -142,6 +156,7 @@ class ServerConfig(BaseModel):
     controllers: tuple[str, ...] = ("*",)
     node_lifecycle: NodeLifecycleConfig = Field(default_factory=NodeLifecycleConfig)
     horizontal_pod_autoscaler: HorizontalPodAutoscalerConfig = Field(default_factory=HorizontalPodAutoscalerConfig)
+    vertical_pod_autoscaler: VerticalPodAutoscalerConfig = Field(default_factory=VerticalPodAutoscalerConfig)
 
     @model_validator(mode="after")
     def _controllers(self) -> ServerConfig:
