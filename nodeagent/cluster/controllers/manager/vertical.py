@@ -172,7 +172,9 @@ class VPARecommender(Controller):
         return states
 
     def _feed(self, k: str, pod: Mapping[str, Any], states: dict[str, AggregateContainerState]) -> None:
-        """One CPU and one memory sample per container from the window's new samples; OOM bumps."""
+        """One CPU and one memory sample per container from the window's new samples, once there is a
+        rate (a series' first sample alone waits for the next, as metrics-server leaves such a pod out);
+        OOM bumps."""
         pk, ns = key(pod), namespace(pod)
         for c in _containers(pod):
             cname = str(c.get("name", ""))
@@ -189,10 +191,10 @@ class VPARecommender(Controller):
             samples = [] if self.window is None else self.window.samples(container_key(ns, name(pod), cname))
             last = self.fed.get(ck)
             new = [s for s in samples if last is None or s[0] > last[0]]
-            if new:
-                start_t, start_cpu = last if last is not None else (new[0][0], new[0][1])
+            start_t, start_cpu = last if last is not None else (new[0][0], new[0][1]) if new else (0.0, 0)
+            if new and new[-1][0] > start_t:  # a rate (two samples at least), as a metrics-server point has
                 end_t, end_cpu, _ = new[-1]
-                if end_t > start_t and end_cpu >= start_cpu:
+                if end_cpu >= start_cpu:  # not a counter reset (a restarted container)
                     cs.add_cpu_sample(round((end_cpu - start_cpu) / (end_t - start_t) / 1e6), start_t)
                 peak_t, _, peak = max(new, key=lambda s: s[2])
                 cs.add_memory_sample(peak, peak_t)
