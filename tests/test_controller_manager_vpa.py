@@ -397,3 +397,30 @@ async def test_invalid_vpas_are_refused_naming_the_field(world: World) -> None:
             "apiVersion": VPA, "kind": "VerticalPodAutoscaler", "metadata": {"name": "bad", "namespace": NS},
             "spec": {"targetRef": {"kind": "Deployment", "name": "web"}, "updatePolicy": {"updateMode": "Sometimes"}}})
     assert e.value.code == 422 and "spec.updatePolicy.updateMode" in e.value.message
+
+
+async def test_an_oom_kept_in_the_checkpoints_is_not_counted_again_after_a_restart() -> None:
+    clock = FakeClock()
+    first = await make_world(clock=clock)
+    try:
+        await first.deployment(2)
+        await first.vpa("Off")
+        first.load(0.1, 150 * MiB)
+        await first.recommend()
+        pod = (await first.pods())["web-1-0"]
+        pod["status"]["containerStatuses"][0]["lastState"] = {"terminated": {
+            "reason": "OOMKilled", "exitCode": 137, "startedAt": rfc3339(clock.wall() - 30),
+            "finishedAt": rfc3339(clock.wall() - 1)}}
+        await first.client.resource("v1", "Pod").update(NS, pod, "status")
+        await first.refresh()
+        first.load(0.1, 150 * MiB)
+        bumped = rec(await first.recommend())  # the OOM recorded, the checkpoint written with it
+        second = await make_world(first.reg, clock)  # the pod still shows the same lastState
+        with capture_logs() as logs:
+            clock.advance(60)
+            after = rec(await second.recommend())
+        assert not [e for e in logs if e["event"] == "vpa_oom_recorded"]
+        assert after["target"]["memory"] == bumped["target"]["memory"]
+    finally:
+        await first.reg.close()
+        await first.reg.store.close()

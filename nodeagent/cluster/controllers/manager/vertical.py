@@ -139,6 +139,7 @@ class VPARecommender(Controller):
         self.fed: dict[tuple[str, str, str], tuple[float, int]] = {}  # ... -> last sample fed (time, CPU ns)
         self.ooms: set[tuple[str, str, str, str]] = set()  # (VPA key, pod key, container, finishedAt) seen
         self.checkpointed: dict[str, float] = {}  # VPA key -> when its checkpoints were last written
+        self.oom_horizon: dict[str, float] = {}  # VPA key -> OOMs up to then came with its checkpoints
         vpas.add_handlers(Handlers(lambda v: self.enqueue(key(v)), self._updated, lambda v: self.enqueue(key(v))))
 
     def _updated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
@@ -148,10 +149,21 @@ class VPARecommender(Controller):
     def _forget(self, k: str) -> None:
         self.aggregates.pop(k, None)
         self.checkpointed.pop(k, None)
+        self.oom_horizon.pop(k, None)
         for d in (self.containers, self.fed):
             for c in [c for c in d if c[0] == k]:
                 del d[c]
         self.ooms = {o for o in self.ooms if o[0] != k}
+
+    def _prune(self, k: str, current: set[str], states: dict[str, AggregateContainerState], now: float) -> None:
+        """Forget the pods gone from the VPA's target and the containers unseen for the memory window
+        (8 days: the aggregate's isExpired, upstream's garbage collection)."""
+        for d in (self.containers, self.fed):
+            for c in [c for c in d if c[0] == k and c[1] not in current]:
+                del d[c]
+        self.ooms = {o for o in self.ooms if o[0] != k or o[1] in current}
+        for container in [n for n, state in states.items() if state.is_expired(now)]:
+            del states[container]
 
     def _own_checkpoints(self, ns: str, vpa_name: str) -> list[Mapping[str, Any]]:
         return [c for c in self.checkpoints.in_namespace(ns) if spec(c).get("vpaObjectName") == vpa_name]
@@ -162,6 +174,9 @@ class VPARecommender(Controller):
         now = self.clock.wall()
         for cp in self._own_checkpoints(namespace(vpa), name(vpa)):
             container = str(spec(cp).get("containerName") or "")
+            saved = parse_rfc3339(status_of(cp).get("lastUpdateTime"))
+            if saved is not None:  # OOMs before it are in the histogram already
+                self.oom_horizon[k] = max(self.oom_horizon.get(k, saved), saved)
             try:
                 states[container] = AggregateContainerState.from_checkpoint(status_of(cp), self.settings.aggregations,
                                                                             now)
@@ -211,7 +226,7 @@ class VPARecommender(Controller):
             finished = str(term.get("finishedAt") or "")
             t = parse_rfc3339(finished)
             seen = (k, key(pod), cname, finished)
-            if t is None or seen in self.ooms:
+            if t is None or seen in self.ooms or t <= self.oom_horizon.get(k, -1e18):
                 continue
             self.ooms.add(seen)
             try:
@@ -242,6 +257,7 @@ class VPARecommender(Controller):
         pods, error = await self.targets.pods(vpa, parsed)
         for pod in pods:
             self._feed(k, pod, states)
+        self._prune(k, {key(p) for p in pods}, states, now)
         live = {name: s for name, s in states.items() if s.total_samples > 0 or not s.memory.is_empty()}
         kept = recommended_states(live, parsed)
         estimates = recommend(kept, self.settings.recommender, controlled_resources(parsed, sorted(kept)))
