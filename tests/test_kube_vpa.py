@@ -125,6 +125,9 @@ def test_invalid_vpas_are_refused_naming_the_field(cluster: tuple[Server, Load])
     res = server.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
     assert res.returncode != 0
     assert "spec.resourcePolicy.containerPolicies[0].maxAllowed[cpu]" in res.stderr, res.stderr
+    bad["spec"] = {"targetRef": {"kind": "Deployment", "name": "web"}, "bogus": 1}  # the schema knows the fields
+    res = server.kubectl("apply", "-f", "-", input=json.dumps(bad), check=False)
+    assert res.returncode != 0 and 'unknown field "spec.bogus"' in res.stderr, res.stderr
     assert server.kubectl("get", "vpa", "bad", "-n", NS, check=False).returncode != 0  # nothing stored
     resources = server.kubectl("api-resources", "--api-group=autoscaling.k8s.io").stdout
     assert "verticalpodautoscalers" in resources and " vpa " in resources, resources
