@@ -133,3 +133,25 @@ def test_invalid_vpas_are_refused_naming_the_field(cluster: tuple[Server, Load])
     assert "verticalpodautoscalers" in resources and " vpa " in resources, resources
     assert "verticalpodautoscalercheckpoints" in resources
     assert "updateMode" in server.kubectl("explain", "vpa.spec.updatePolicy").stdout
+
+
+def test_a_server_restart_keeps_the_history(cluster: tuple[Server, Load]) -> None:
+    """The recommender's first checkpoint after a restart carries on from the stored one (loaded from
+    the store), rather than starting its sample count afresh."""
+    server, _ = cluster
+    before = get_json(server, "-n", NS, "get", "vpacheckpoint", "web-web")["status"]
+    server.stop()
+    restarted = Server(server.tmp, extra="metricResolution: 1s\nverticalPodAutoscaler: {recommenderInterval: 1s, "
+                                         "checkpointInterval: 1s, updaterInterval: 1s}\n")
+    try:
+        def rewritten() -> dict[str, Any] | None:
+            status: dict[str, Any] = get_json(restarted, "-n", NS, "get", "vpacheckpoint", "web-web")["status"]
+            return status if status["lastUpdateTime"] != before["lastUpdateTime"] else None
+
+        after = eventually(rewritten, 20, "the checkpoint written again after the restart")
+        assert after["totalSamplesCount"] >= before["totalSamplesCount"], (before, after)
+        assert after["firstSampleStart"] == before["firstSampleStart"]
+        rows = [line.split() for line in restarted.kubectl("get", "vpa", "-n", NS).stdout.splitlines()]
+        assert rows[1][0] == "web" and rows[1][4] == "True", rows
+    finally:
+        restarted.stop()
