@@ -424,3 +424,12 @@ async def test_an_oom_kept_in_the_checkpoints_is_not_counted_again_after_a_resta
     finally:
         await first.reg.close()
         await first.reg.store.close()
+
+
+async def test_a_vpa_naming_another_recommender_is_left_to_it(world: World) -> None:
+    await world.deployment(2)
+    await world.vpa("Off", recommenders=[{"name": "custom"}])
+    world.load(0.5, 400 * MiB)
+    vpa = await world.recommend()
+    assert "status" not in vpa or not vpa["status"]
+    assert (await world.client.store(VPA, "VerticalPodAutoscalerCheckpoint").list(NS, ListOptions())).items == []

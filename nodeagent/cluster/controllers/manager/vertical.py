@@ -8,7 +8,8 @@ as upstream takes one metrics-server point a minute, so confidence's samples/144
 one memory sample (the peak of those samples); an OOM kill seen in a container's lastState adds the
 bumped memory sample once. The aggregates (vpa.aggregate, one per container name) give the
 estimates (vpa.recommender), capped by the resource policy (vpa.policy) into status.recommendation
-with the conditions (vpa.status). Every `checkpoint_interval` the aggregates are stored as
+with the conditions (vpa.status); a VPA whose spec.recommenders names another recommender first is
+left to it. Every `checkpoint_interval` the aggregates are stored as
 VerticalPodAutoscalerCheckpoint objects named <vpa>-<container>, and a VPA first seen (a server
 restart) loads its aggregates from them, so the history survives; a deleted VPA's checkpoints go.
 
@@ -65,6 +66,7 @@ log = structlog.get_logger(__name__)
 API_VERSION = "autoscaling.k8s.io/v1"
 KIND, CHECKPOINT_KIND = "VerticalPodAutoscaler", "VerticalPodAutoscalerCheckpoint"
 RECOMMENDER, UPDATER = "vpa-recommender", "vpa-updater"
+DEFAULT_RECOMMENDER = "default"  # vpa-recommender's --recommender-name
 
 
 @runtime_checkable
@@ -99,6 +101,16 @@ def _vpa_spec(vpa: Mapping[str, Any]) -> VPASpec | None:
 
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in spec(pod).get("containers") or [] if isinstance(c, Mapping)]
+
+
+def recommended_here(vpa: Mapping[str, Any], recommender: str = DEFAULT_RECOMMENDER) -> bool:
+    """The cluster feeder's filter (KEP "customized recommenders"): a VPA naming recommenders is left
+    to the first one named; one naming none goes to the default recommender."""
+    named = spec(vpa).get("recommenders")
+    if not isinstance(named, list) or not named:
+        return recommender == DEFAULT_RECOMMENDER
+    first = named[0]
+    return isinstance(first, Mapping) and first.get("name") == recommender
 
 
 def checkpoint_name(vpa: str, container: str) -> str:
@@ -248,7 +260,7 @@ class VPARecommender(Controller):
                         raise
             return None
         parsed = _vpa_spec(vpa)
-        if parsed is None:
+        if parsed is None or not recommended_here(vpa):
             return self.settings.recommender_interval
         now = self.clock.wall()
         states = self.aggregates.get(k)
