@@ -270,7 +270,7 @@ class VPARecommender(Controller):
         for pod in pods:
             self._feed(k, pod, states)
         self._prune(k, {key(p) for p in pods}, states, now)
-        live = {name: s for name, s in states.items() if s.total_samples > 0 or not s.memory.is_empty()}
+        live = {n: s for n, s in states.items() if s.total_samples > 0 or not s.memory.is_empty()}
         kept = recommended_states(live, parsed)
         estimates = recommend(kept, self.settings.recommender, controlled_resources(parsed, sorted(kept)))
         recommendation = recommendation_status(estimates, parsed) if estimates else None
