@@ -10,7 +10,7 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
 ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished", "daemonset",
-       "nodelifecycle", "disruption", "horizontalpodautoscaling"]
+       "nodelifecycle", "disruption", "horizontalpodautoscaling", "vpa-recommender", "vpa-updater"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -19,7 +19,8 @@ ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-af
     ([], []),
     (["replicaset"], ["replicaset"]),
     (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished",
-                                  "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling"]),
+                                  "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling",
+                                  "vpa-recommender", "vpa-updater"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
     (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),

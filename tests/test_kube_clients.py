@@ -105,9 +105,10 @@ def test_discovery_version_and_api_resources(server: Server) -> None:
     res = server.kubectl("version")
     assert "Server Version: v1.37" in res.stdout and "WARNING" not in res.stderr
     out = server.kubectl("api-resources").stdout
-    for line in ("pods                       po           v1 ", "leases ", "priorityclasses            pc",
-                 "roles ", "events.k8s.io/v1", "selfsubjectaccessreviews"):
-        assert line in out, out
+    rows = "\n".join(" ".join(line.split()) for line in out.splitlines())  # widths follow the longest name
+    for line in ("pods po v1 ", "leases ", "priorityclasses pc", "roles ", "events.k8s.io/v1",
+                 "selfsubjectaccessreviews", "verticalpodautoscalers vpa autoscaling.k8s.io/v1 true"):
+        assert line in rows, out
     wide = server.kubectl("api-resources", "--api-group=coordination.k8s.io", "-o", "wide").stdout
     assert "create,delete,deletecollection,get,list,patch,update,watch" in wide.replace("[", "").replace("]", "").replace(" ", ",") \
         or "[create delete deletecollection get list patch update watch]" in wide

@@ -96,7 +96,9 @@ async def _seed(client: TestClient, info) -> None:
         seed["revision"] = 1
     elif info.plural == "horizontalpodautoscalers":
         seed["spec"] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "fuzz"},
-                        "maxReplicas": 3}
+                        "maxReplicas": 2}
+    elif info.plural == "verticalpodautoscalers":
+        seed["spec"] = {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "fuzz"}}
     elif info.plural == "limitranges":
         seed["spec"] = {"limits": []}
     elif info.plural in ("rolebindings", "clusterrolebindings"):

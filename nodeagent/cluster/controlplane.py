@@ -16,7 +16,7 @@ import contextlib
 import copy
 import signal
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -46,10 +46,12 @@ from nodeagent.cluster.autoscaling.metrics.scrape import MetricsStore
 from nodeagent.cluster.controllers.manager.client import FIELD_MANAGER, USER, ApiError, Obj
 from nodeagent.cluster.controllers.manager.horizontal import HorizontalSettings
 from nodeagent.cluster.controllers.manager.manager import ControllerManager
+from nodeagent.cluster.controllers.manager.vertical import VerticalSettings
 from nodeagent.cluster.events.recorder import EventRecorder
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.encrypted import EncryptedStore
 from nodeagent.cluster.registry.errors import StatusError
+from nodeagent.cluster.registry.eviction import evict
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
 from nodeagent.cluster.registry.options import Context, DeleteOptions, ListOptions
 from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
@@ -215,7 +217,8 @@ class ControlPlane:
                                                        node_lifecycle=self.config.node_lifecycle.settings(),
                                                        metrics=metrics.window,
                                                        hpa=hpa_settings(self.config, metrics.rate_window),
-                                                       external_metrics=external)
+                                                       external_metrics=external,
+                                                       vpa=vpa_settings(self.config))
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()
@@ -265,6 +268,12 @@ def hpa_settings(config: ServerConfig, metric_window: float) -> HorizontalSettin
                                   CalculatorConfig(hpa.cpu_initialization_period, hpa.initial_readiness_delay))
     fast = FastConfig(down_stabilization=hpa.downscale_stabilization) if hpa.fast else None
     return HorizontalSettings(hpa.sync_period, controller, metric_window, fast, metric_max_age=metric_window)
+
+
+def vpa_settings(config: ServerConfig) -> VerticalSettings:
+    """The VPA loops' periods from the config (the pure cores keep upstream's defaults)."""
+    vpa = config.vertical_pod_autoscaler
+    return VerticalSettings(vpa.recommender_interval, vpa.checkpoint_interval, vpa.updater_interval)
 
 
 class Feed:
@@ -331,6 +340,28 @@ class RegistryClient:
     def namespaced(self, api_version: str, kind: str) -> bool | None:
         info = self._by_kind.get((api_version, kind))
         return None if info is None else info.namespaced
+
+    async def evict(self, namespace: str, name: str) -> None:
+        """POST pods/<name>/eviction (registry/eviction.py: PodDisruptionBudgets honoured, 429 when spent)."""
+        pods = self.store("v1", "Pod")
+        pdbs = self.store("policy/v1", "PodDisruptionBudget")
+        ctx = Context(field_manager=FIELD_MANAGER, user=USER, groups=("system:authenticated",))
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            await evict(pods, pdbs, namespace, name, body, ctx)
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
+
+    async def resize(self, namespace: str, name: str, patch: Sequence[Mapping[str, Any]]) -> None:
+        """PATCH pods/<name>/resize (a JSON patch); 404 while the server does not serve the subresource."""
+        pods = self.store("v1", "Pod")
+        if self.registry.catalog.subresource(pods.info, "resize") is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource (pods/resize)")
+        ctx = Context(field_manager=FIELD_MANAGER, user=USER, groups=("system:authenticated",))
+        try:
+            await pods.patch(namespace or None, name, "json", [dict(op) for op in patch], ctx, subresource="resize")
+        except StatusError as e:
+            raise ApiError(e.code, e.reason, e.message) from None
 
     def _scalable(self, api_version: str, kind: str) -> GenericStore:
         info = self._by_kind.get((api_version, kind))

@@ -42,6 +42,10 @@
       rules:                    # prometheus-adapter's externalRules, kept small; none: a name is its series
         - name: queue_depth
           query: sum(queue_messages{<<.LabelMatchers>>})
+    verticalPodAutoscaler:      # vpa-recommender's and vpa-updater's intervals
+      recommenderInterval: 1m
+      checkpointInterval: 1m
+      updaterInterval: 1m
 """
 
 from __future__ import annotations
@@ -150,6 +154,16 @@ class ExternalMetricsConfig(BaseModel):
     rules: tuple[ExternalMetricRuleConfig, ...] = ()
 
 
+class VerticalPodAutoscalerConfig(BaseModel):
+    """The VPA loops' periods (upstream's --recommender-interval and --updater-interval, 1 min)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
+
+    recommender_interval: PositiveDuration = 60.0
+    checkpoint_interval: PositiveDuration = 60.0
+    updater_interval: PositiveDuration = 60.0
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
@@ -168,6 +182,7 @@ class ServerConfig(BaseModel):
     node_lifecycle: NodeLifecycleConfig = Field(default_factory=NodeLifecycleConfig)
     horizontal_pod_autoscaler: HorizontalPodAutoscalerConfig = Field(default_factory=HorizontalPodAutoscalerConfig)
     external_metrics: ExternalMetricsConfig | None = None  # unset: no external metrics API
+    vertical_pod_autoscaler: VerticalPodAutoscalerConfig = Field(default_factory=VerticalPodAutoscalerConfig)
 
     @model_validator(mode="after")
     def _controllers(self) -> ServerConfig:

@@ -1,7 +1,8 @@
 """The admission chain in kube-apiserver's order (NamespaceLifecycle is the registry's own check,
-before it): the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, then the
-validating ones LimitRanger, ResourceQuota (always last: it charges what the others let through),
-then any other admitter (RBAC escalation). A pod whose resources a plugin changed gets its
+before it): the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, then the VPA's
+(a mutating webhook upstream, so after the built-in mutating plugins), then the validating ones
+LimitRanger, ResourceQuota (always last: it charges what the others let through), then any other
+admitter (RBAC escalation). A pod whose resources a plugin changed gets its
 status.qosClass computed again."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from nodeagent.cluster.admission.tolerations import add_default_tolerations
 from nodeagent.cluster.admitters.limitranger import LimitRanger
 from nodeagent.cluster.admitters.priority import PriorityAdmission
 from nodeagent.cluster.admitters.quota import QuotaAdmission
+from nodeagent.cluster.admitters.vpa import VPAAdmission
 from nodeagent.cluster.registry.catalog import ResourceInfo
 from nodeagent.cluster.registry.kinds.pods import pod_model
 from nodeagent.cluster.registry.options import Context
@@ -27,6 +29,7 @@ class AdmissionChain:
         self.limits = LimitRanger(registry)
         self.priority = PriorityAdmission(registry)
         self.quota = QuotaAdmission(registry)
+        self.vpa = VPAAdmission(registry)
         self.extra = list(extra)
 
     async def admit(self, operation: Operation, info: ResourceInfo, obj: dict[str, Any],
@@ -38,7 +41,8 @@ class AdmissionChain:
             defaulted = self.limits.mutate(obj, items)
             await self.priority.admit_pod(obj)
             add_default_tolerations(obj)
-            if defaulted:
+            resized = await self.vpa.admit_pod(obj)
+            if defaulted or resized:
                 _requalify(obj)
             self.limits.validate(obj, items)
         elif info.group == "scheduling.k8s.io" and info.plural == "priorityclasses" and not subresource:

@@ -16,6 +16,7 @@ from typing import Any
 
 from nodeagent.cluster.schema.loader import compact, load_raw
 from nodeagent.cluster.schema.model import Gvk, MergeSemantics, Schema, Shape, merge_semantics
+from nodeagent.cluster.schema.vpa import vpa_definitions
 
 PathPart = str | int
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
@@ -149,5 +150,5 @@ def semantics_at(schema: Schema, path: str | Sequence[PathPart]) -> MergeSemanti
 
 @functools.cache
 def definitions() -> Definitions:
-    """The Kubernetes 1.37 definitions, loaded on first use and kept."""
-    return Definitions.from_raw(load_raw())
+    """The Kubernetes 1.37 definitions, loaded on first use and kept, with the VPA kinds (CRDs upstream)."""
+    return Definitions.from_raw({**load_raw(), **vpa_definitions()})

@@ -22,18 +22,25 @@ from nodeagent.cluster.controllers.manager.daemonset import DaemonSetController
 from nodeagent.cluster.controllers.manager.deployment import DeploymentController
 from nodeagent.cluster.controllers.manager.disruption import DisruptionController
 from nodeagent.cluster.controllers.manager.garbagecollector import GarbageCollector
-from nodeagent.cluster.controllers.manager.horizontal import HorizontalController, HorizontalSettings, Scales
+from nodeagent.cluster.controllers.manager.horizontal import (
+    HorizontalController,
+    HorizontalSettings,
+    PodIndex,
+    Scales,
+)
 from nodeagent.cluster.controllers.manager.informer import Informer
 from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFinishedController
 from nodeagent.cluster.controllers.manager.loop import Controller
 from nodeagent.cluster.controllers.manager.nodelifecycle import NodeLifecycleController, NodeLifecycleSettings
 from nodeagent.cluster.controllers.manager.replicaset import ReplicaSetController
+from nodeagent.cluster.controllers.manager.vertical import PodActions, VerticalSettings, VPARecommender, VPAUpdater
 from nodeagent.core.clock import Clock
 
 log = structlog.get_logger(__name__)
 
 CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished",
-               "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling")
+               "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling", "vpa-recommender",
+               "vpa-updater")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -56,6 +63,8 @@ COMPONENTS = {
     "nodelifecycle": "node-controller",
     "disruption": "disruption-controller",
     "horizontalpodautoscaling": "horizontal-pod-autoscaler",
+    "vpa-recommender": "vpa-recommender",
+    "vpa-updater": "vpa-updater",
 }
 
 
@@ -64,10 +73,13 @@ class ControllerManager:
                  recorder: Callable[[str], Recorder | None] = lambda _component: None,
                  node_lifecycle: NodeLifecycleSettings | None = None,
                  scales: Scales | None = None, metrics: SampleWindow | None = None,
-                 hpa: HorizontalSettings | None = None, external_metrics: ExternalSource | None = None) -> None:
-        """`scales`: the scale subresource the HPA reads and writes (the client's when it has one);
-        `metrics`: the server's sample window the HPA reads pods' usage from (None: no metrics);
-        `external_metrics`: where the HPA's External metrics come from (None: not served)."""
+                 hpa: HorizontalSettings | None = None, external_metrics: ExternalSource | None = None,
+                 pod_actions: PodActions | None = None, vpa: VerticalSettings | None = None) -> None:
+        """`scales`: the scale subresource the HPA and the VPA read (the client's when it has one);
+        `metrics`: the server's sample window the HPA and the VPA recommender read pods' usage from
+        (None: no metrics); `external_metrics`: where the HPA's External metrics come from (None: not
+        served); `pod_actions`: pods/eviction and pods/resize for the VPA updater (the client's when
+        it has them)."""
         unknown = sorted(set(enabled) - set(CONTROLLERS))
         if unknown:
             raise ValueError(f"unknown controllers: {', '.join(unknown)}")
@@ -131,6 +143,34 @@ class ControllerManager:
                 hpas=self.informer("autoscaling/v2", "HorizontalPodAutoscaler"), pods=self.informer("v1", "Pod"),
                 scales=scales, window=metrics, settings=hpa, external=external_metrics)
             self.controllers.append(self.horizontal)
+        if "vpa-recommender" in enabled or "vpa-updater" in enabled:
+            self._vertical(client, clock, enabled, recorder, scales, metrics, pod_actions, vpa)
+
+    def _vertical(self, client: Client, clock: Clock, enabled: Collection[str],
+                  recorder: Callable[[str], Recorder | None], scales: Scales | None, metrics: SampleWindow | None,
+                  pod_actions: PodActions | None, vpa: VerticalSettings | None) -> None:
+        """The VPA recommender and updater, sharing the VPA informer and the HPA's pod index."""
+        scales = scales if scales is not None else (client if isinstance(client, Scales) else None)
+        if scales is None:
+            raise ValueError("the VPA needs a client with the scale subresource")
+        vpas = self.informer("autoscaling.k8s.io/v1", "VerticalPodAutoscaler")
+        index = self.horizontal.index if hasattr(self, "horizontal") else PodIndex(self.informer("v1", "Pod"))
+        if "vpa-recommender" in enabled:
+            self.vpa_recommender = VPARecommender(
+                clock, client, recorder(COMPONENTS["vpa-recommender"]), vpas=vpas,
+                checkpoints=self.informer("autoscaling.k8s.io/v1", "VerticalPodAutoscalerCheckpoint"),
+                pods=self.informer("v1", "Pod"), scales=scales, window=metrics, settings=vpa, index=index)
+            self.controllers.append(self.vpa_recommender)
+        if "vpa-updater" in enabled:
+            actions = pod_actions if pod_actions is not None else (client if isinstance(client, PodActions) else None)
+            if actions is None:
+                raise ValueError("vpa-updater needs a client with pods/eviction and pods/resize")
+            self.vpa_updater = VPAUpdater(
+                clock, client, recorder(COMPONENTS["vpa-updater"]), vpas=vpas, pods=self.informer("v1", "Pod"),
+                replicasets=self.informer("apps/v1", "ReplicaSet"),
+                pdbs=self.informer("policy/v1", "PodDisruptionBudget"), scales=scales, actions=actions,
+                settings=vpa, index=index)
+            self.controllers.append(self.vpa_updater)
 
     def informer(self, api_version: str, kind: str) -> Informer:
         """The shared informer of a kind (made on first ask)."""

@@ -37,6 +37,7 @@ from nodeagent.cluster.registry.kinds.rbac import (
 )
 from nodeagent.cluster.registry.kinds.reviews import SelfSubjectAccessReviewStrategy, SubjectAccessReviewStrategy
 from nodeagent.cluster.registry.kinds.scheduling import PriorityClassStrategy, ResourceQuotaStrategy
+from nodeagent.cluster.registry.kinds.vpa import VerticalPodAutoscalerCheckpointStrategy, VerticalPodAutoscalerStrategy
 from nodeagent.cluster.registry.strategy import Strategy
 
 BUILTIN: tuple[type[Strategy], ...] = (
@@ -47,5 +48,6 @@ BUILTIN: tuple[type[Strategy], ...] = (
     DeploymentStrategy, ReplicaSetStrategy, DaemonSetStrategy, StatefulSetStrategy, ControllerRevisionStrategy,
     JobStrategy, CronJobStrategy, PodDisruptionBudgetStrategy,
     HorizontalPodAutoscalerStrategy, HorizontalPodAutoscalerV1Strategy,  # v2 first: the preferred version
+    VerticalPodAutoscalerStrategy, VerticalPodAutoscalerCheckpointStrategy,
 )
 REVIEWS: tuple[type[Strategy], ...] = (SelfSubjectAccessReviewStrategy, SubjectAccessReviewStrategy)
