@@ -5,6 +5,16 @@ than replicas - 1 Ready pods; `kubectl rollout status|history|undo` work; the se
 mid-rollout and restarted converges with each pod's process running exactly once on the agents;
 a cascading delete stops every process.
 
+Then, on the same cluster (short `nodeLifecycle` periods in the server config): an agent SIGKILLed
+has its node go Ready=Unknown with the unreachable NoExecute taint, its pod (tolerating that 3 s)
+evicted and replaced Ready on another node within tolerationSeconds + a few seconds, and once the
+agent is back the stale pod is stopped and every pod runs exactly once; `kubectl drain
+--ignore-daemonsets` is held by a PodDisruptionBudget until a replacement is Ready (the budget's
+minimum of Ready pods watched throughout); a DaemonSet puts a pod on each agent and on a 4th one
+that joins; a Job whose pod exits 1 reaches its backoffLimit, a Job completes, a CronJob fires
+(its last schedule moved back, as in tests/test_kube_jobs.py) and its pod completes on an agent;
+deleting the DaemonSet, the Jobs and the CronJob stops every process.
+
 Each agent (integration/agent_harness.py) has its own stateDir, port, node name and cgroup root
 `/nodeagent-it-<random>`, and joins with its node's client certificate. The tests run in file order
 on one cluster; the fixture stops every process it started and removes the cgroup roots.
