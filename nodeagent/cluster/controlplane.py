@@ -23,6 +23,7 @@ import structlog
 from aiohttp import web
 
 from nodeagent.cluster.admitters.chain import AdmissionChain
+from nodeagent.cluster.admitters.noderestriction import NodeRestrictionAdmission
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.eviction import add_eviction
@@ -120,11 +121,14 @@ class ControlPlane:
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
             tls: ssl.SSLContext | None = None
             extra: list[Admitter] = []
+            first: list[Admitter] = []
             if self.config.security is not None:
                 settings.security, tls = await self._security(registry, tasks)
                 if settings.security.rbac is not None:
                     extra.append(EscalationAdmission(settings.security))
-            await self._admission(registry, extra, tasks)
+                if settings.security.graph is not None:  # the Node authorizer's admission half
+                    first.append(NodeRestrictionAdmission(registry))
+            await self._admission(registry, extra, tasks, first)
             add_binding(registry, settings)
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
@@ -164,9 +168,10 @@ class ControlPlane:
                 await pod_log.close()
             await store.close()
 
-    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:
+    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks,
+                         first: list[Admitter]) -> None:
         """The admission chain (cluster/admitters) and the quota status writer, fed by pods and quotas."""
-        chain = AdmissionChain(registry, extra=extra)
+        chain = AdmissionChain(registry, extra=extra, first=first)
         registry.plugins.admitter = chain
         status = QuotaStatus(chain.quota.ledger)
         for plural in ("pods", "resourcequotas"):
