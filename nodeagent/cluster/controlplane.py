@@ -35,6 +35,7 @@ from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
+from nodeagent.cluster.apiserver.tokenrequest import ServiceAccountTokens, add_token_request
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
@@ -93,6 +94,7 @@ class ControlPlane:
         self.port: int | None = None
         self.scheduler: Scheduler | None = None
         self.registry: Registry | None = None
+        self.tokens: ServiceAccountTokens | None = None  # service-account tokens, when security is on
         self.controllers: ControllerManager | None = None
         self._stop = asyncio.Event()
 
@@ -129,6 +131,8 @@ class ControlPlane:
                 if settings.security.graph is not None:  # the Node authorizer's admission half
                     first.append(NodeRestrictionAdmission(registry))
             await self._admission(registry, extra, tasks, first)
+            if self.tokens is not None:
+                add_token_request(registry, settings, self.tokens)  # kubectl create token
             add_binding(registry, settings)
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
@@ -225,9 +229,11 @@ class ControlPlane:
         bootstrap ClusterRoles and bindings created when missing."""
         sec_config = self.config.security
         assert sec_config is not None
-        security = build_security(token_file=sec_config.token_auth_file, anonymous=sec_config.anonymous_auth,
-                                  anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode)
         pki = await asyncio.to_thread(ensure_pki, self.config.tls_dir, default_hosts(sec_config.tls_san), self.clock)
+        self.tokens = await asyncio.to_thread(ServiceAccountTokens, sec_config, pki, self.clock)
+        security = build_security(token_file=sec_config.token_auth_file, anonymous=sec_config.anonymous_auth,
+                                  anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode,
+                                  token_authenticators=[self.tokens.verifier])
         cert = sec_config.tls_cert_file or pki.serving_cert_file
         key = sec_config.tls_private_key_file or pki.serving_key_file
         tls = server_ssl_context(cert, key, sec_config.client_ca_file or pki.client_ca_file)
@@ -245,6 +251,8 @@ class ControlPlane:
                 feeds.append((registry.resource("rbac.authorization.k8s.io", "v1", plural), security.rbac.apply))
         if security.graph is not None:
             feeds.append((registry.resource("", "v1", "pods"), security.graph.apply))
+        for plural in ("serviceaccounts", "pods"):  # the token verifier's revocation look-ups
+            feeds.append((registry.resource("", "v1", plural), self.tokens.index.apply))
         for gs, apply in feeds:
             feed = Feed(gs, apply)
             await feed.relist()
