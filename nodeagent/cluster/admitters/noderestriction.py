@@ -18,10 +18,12 @@ from nodeagent.cluster.registry.registry import Registry
 
 log = structlog.get_logger(__name__)
 
-_MIRROR_POD_CREATE = ("", "pods", "")
+_MIRROR_POD_CREATE = ("", "pods", "")  # (group, resource, subresource) whose rule needs the node's uid
 
 
 class NodeRestrictionAdmission:
+    """Only requests from nodes are looked at; everyone else passes untouched."""
+
     def __init__(self, registry: Registry) -> None:
         self.nodes = registry.resource("", "v1", "nodes")
 
@@ -33,13 +35,14 @@ class NodeRestrictionAdmission:
         node = node_identity(user)
         if node is None:
             return
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
+        raw = obj.get("metadata")
+        meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        name = str(meta.get("name") or "")
         node_uid = None
         if node and operation == "CREATE" and (info.group, info.plural, subresource) == _MIRROR_POD_CREATE:
             node_uid = await self._node_uid(node)
         req = NodeRequest(operation=operation, group=info.group, resource=info.plural, subresource=subresource,
-                          namespace=str(meta.get("namespace") or "") if isinstance(meta, dict) else "",
+                          namespace=str(meta.get("namespace") or ""),
                           name=name, obj=obj, old=old, node_uid=node_uid)
         refusal = node_restriction(user, req)
         if refusal is None:

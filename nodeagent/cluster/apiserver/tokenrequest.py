@@ -46,8 +46,8 @@ class AccountIndex:
 
     def apply(self, event_type: str, obj: dict[str, Any]) -> None:
         """A watch event of a ServiceAccount or a Pod."""
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        assert isinstance(meta, dict)
+        raw = obj.get("metadata")
+        meta: dict[str, Any] = raw if isinstance(raw, dict) else {}
         key = (str(obj.get("kind") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if event_type == "DELETED":
             self._uids.pop(key, None)
