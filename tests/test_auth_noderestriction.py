@@ -60,6 +60,13 @@ def delete(resource: str, obj: dict[str, Any] | None, *, name: str = "p", group:
     return NodeRequest("DELETE", group, resource, "", ns, name, obj, obj)
 
 
+def token(ref: dict[str, Any] | None, bound: dict[str, Any] | None) -> NodeRequest:
+    if bound is not None:
+        bound = {**bound, "metadata": {**bound["metadata"], "uid": "pod-uid"}}
+    return NodeRequest("CREATE", "", "serviceaccounts", "token", "ns", "sa",
+                       {"spec": {"boundObjectRef": ref} if ref else {}}, bound)
+
+
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 SECRET_ENV = [{"name": "c", "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}]
 CM_ENV_FROM = [{"name": "c", "envFrom": [{"configMapRef": {"name": "cm"}}]}]
@@ -189,6 +196,21 @@ CASES: list[tuple[str, NodeRequest, str | None]] = [
      'can only access leases in the "kube-node-lease" system namespace'),
     ("create another csinode", create("csinodes", {"metadata": {"name": "n2"}}, group="storage.k8s.io", ns=""),
      "can only access CSINode with the same name as the requesting node"),
+    # ---- service-account tokens (admitServiceAccount)
+    ("token bound to its pod", token({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid"}, pod()), None),
+    ("token not bound", token(None, pod()), "node requested token not bound to a pod"),
+    ("token bound to a secret", token({"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "x"}, pod()),
+     "node requested token not bound to a pod"),
+    ("token bound without a uid", token({"apiVersion": "v1", "kind": "Pod", "name": "p"}, pod()),
+     "node requested token with a pod binding without a uid"),
+    ("token bound to a recreated pod", token({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "old"}, pod()),
+     "the UID in the bound object reference (old) does not match the UID in record. The object might have been "
+     "deleted and then recreated"),
+    ("token bound to another node's pod", token({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid"},
+                                                pod("n2")),
+     "node requested token bound to a pod scheduled on a different node"),
+    ("token bound to a missing pod", token({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-uid"}, None),
+     'pods "p" not found'),
     # ---- everything else is the authorizer's
     ("an event", create("events", {"metadata": {"name": "e"}}), None),
 ]

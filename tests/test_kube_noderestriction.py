@@ -8,6 +8,7 @@ is a 403 Forbidden naming why, and nothing changes."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,41 @@ def test_a_node_renews_only_its_own_lease(server: SecureServer) -> None:
     as_node(server, "patch", "lease", "-n", "kube-node-lease", "n1", "--type=merge", "-p",
             '{"spec": {"leaseDurationSeconds": 10}}').check_returncode()
     assert server.get_json("lease", "-n", "kube-node-lease", "n2") is None
+
+
+def test_a_node_gets_tokens_only_bound_to_its_own_pods(server: SecureServer) -> None:
+    """The kubelet's projected service-account tokens: a TokenRequest bound to a pod on the node."""
+    kubernetes = pytest.importorskip("kubernetes")
+    as_node(server, "version")  # writes the node's kubeconfig
+    api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
+        str(server.tmp / "system_node_n1.kubeconfig")))
+    server.kubectl("create", "serviceaccount", "runner")
+    for name, node_name in (("withsa", "n1"), ("elsewhere", "n2")):
+        body = pod(name, node_name)
+        body["spec"]["serviceAccountName"] = "runner"
+        server.kubectl("create", "-f", write(server, name, body))
+    uids = {n: server.get_json("pod", n)["metadata"]["uid"] for n in ("withsa", "elsewhere")}
+
+    def request(name: str | None) -> Any:
+        spec: dict[str, Any] = {"expirationSeconds": 3600}
+        if name:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uids[name]}
+        return api.create_namespaced_service_account_token("runner", "default", {"spec": spec})
+
+    def refused(name: str | None, why: str) -> None:
+        deadline = time.monotonic() + 10
+        while True:  # the Node authorizer's graph learns of the pods through a watch
+            with pytest.raises(kubernetes.client.exceptions.ApiException) as e:
+                request(name)
+            if "no relationship found" not in e.value.body or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert e.value.status == 403 and why in json.loads(e.value.body)["message"], e.value.body
+
+    refused(None, "node requested token not bound to a pod")
+    refused("elsewhere", "node requested token bound to a pod scheduled on a different node")
+    token = request("withsa").status.token
+    res = server.kubectl("--token", token, "get", "secrets", check=False)
+    assert res.returncode != 0 and 'User "system:serviceaccount:default:runner" cannot' in res.stderr, res.stderr
+    for name in ("withsa", "elsewhere"):
+        server.kubectl("delete", "pod", name, "--grace-period=0", "--force")

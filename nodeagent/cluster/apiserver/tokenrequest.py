@@ -19,6 +19,7 @@ from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
 from nodeagent.cluster.apiserver.resources import ApiSettings, read_body
 from nodeagent.cluster.auth.config import SecurityConfig
+from nodeagent.cluster.auth.noderestriction import NodeRequest, node_restriction
 from nodeagent.cluster.auth.pki import PKI
 from nodeagent.cluster.auth.serviceaccount import (
     PublicKey,
@@ -28,6 +29,7 @@ from nodeagent.cluster.auth.serviceaccount import (
     load_public_keys,
 )
 from nodeagent.cluster.auth.tokenrequest import BoundObjectError, token_request
+from nodeagent.cluster.auth.user import UserInfo
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import Subresource
 from nodeagent.cluster.registry.kinds.configuration import ServiceAccountStrategy
@@ -103,6 +105,14 @@ def add_token_request(registry: Registry, settings: ApiSettings, tokens: Service
             except errors.StatusError as e:
                 if e.code != 404:
                     raise
+        user = ctx.principal
+        if isinstance(user, UserInfo):  # NodeRestriction: a node's token must be bound to its own pod
+            refusal = node_restriction(user, NodeRequest("CREATE", "", "serviceaccounts", "token", ri.namespace,
+                                                         ri.name, body, bound))
+            if refusal is not None:
+                if refusal.not_found:
+                    raise errors.StatusError(404, "NotFound", refusal.message)
+                raise errors.forbidden("serviceaccounts", "", ri.name, refusal.message)
         try:
             out = token_request(body, account, tokens.issuer, api_audiences=tokens.audiences,
                                 get_pod=lambda _ns, _name: bound, max_expiration_seconds=tokens.max_expiration)

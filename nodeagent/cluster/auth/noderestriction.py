@@ -10,7 +10,8 @@ the objects, so it is where an agent (`system:node:<name>` in `system:nodes`) is
   service account, secret, configmap, claim or cluster trust bundle; delete only pods bound to
   itself; pods/status only of pods bound to itself, without touching their labels or resource
   claim statuses; pods/eviction only of pods bound to itself;
-- leases only `kube-node-lease/<node>`, CSINodes only its own.
+- leases only `kube-node-lease/<node>`, CSINodes only its own;
+- service-account tokens only bound to a pod (by name and uid) that runs on it.
 
 Pure: the caller resolves what the stored objects say (the pod for a delete or eviction, the
 requesting node's uid for a mirror pod) and turns a Refusal into a 403 (404 when `not_found`).
@@ -116,6 +117,8 @@ def node_restriction(user: UserInfo, req: NodeRequest) -> Refusal | None:
         return Refusal(f"unexpected pod subresource \"{req.subresource}\", only 'status' and 'eviction' are allowed")
     if g == "" and r == "nodes":
         return _node(node, req)
+    if g == "" and r == "serviceaccounts" and req.subresource == "token" and req.operation == "CREATE":
+        return _token(node, req)
     if g == "coordination.k8s.io" and r == "leases":
         if req.namespace != NODE_LEASE_NAMESPACE:
             return Refusal(f'can only access leases in the "{NODE_LEASE_NAMESPACE}" system namespace')
@@ -236,6 +239,24 @@ def _pod_eviction(node: str, req: NodeRequest) -> Refusal | None:
         return Refusal(f'pods "{req.name}" not found', not_found=True)
     if _dict(req.old, "spec").get("nodeName") != node:
         return Refusal(f"node {node} can only evict pods with spec.nodeName set to itself")
+    return None
+
+
+def _token(node: str, req: NodeRequest) -> Refusal | None:
+    """A node's TokenRequest must be bound to a pod running on it (`old`: that pod as stored),
+    so a node cannot mint tokens of accounts its pods do not run as, nor outlive them."""
+    ref = _dict(_dict(req.obj, "spec"), "boundObjectRef")
+    if ref.get("apiVersion") != "v1" or ref.get("kind") != "Pod" or not ref.get("name"):
+        return Refusal("node requested token not bound to a pod")
+    if not ref.get("uid"):
+        return Refusal("node requested token with a pod binding without a uid")
+    if req.old is None:
+        return Refusal(f'pods "{ref["name"]}" not found', not_found=True)
+    if ref["uid"] != _dict(req.old, "metadata").get("uid"):
+        return Refusal(f"the UID in the bound object reference ({ref['uid']}) does not match the UID in record. "
+                       "The object might have been deleted and then recreated")
+    if _dict(req.old, "spec").get("nodeName") != node:
+        return Refusal("node requested token bound to a pod scheduled on a different node")
     return None
 
 
