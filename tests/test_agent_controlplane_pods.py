@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -447,7 +448,25 @@ def test_probe_events_reach_the_server(cluster: tuple[SecureServer, Agent]) -> N
     pod = server.get_json("pod", "unready")
     assert pod["status"]["phase"] == "Running" and pod["status"]["containerStatuses"][0]["ready"] is False
     assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "False"
+
+    def of_unready(reason: str) -> list[dict[str, Any]]:
+        items = server.get_json("events", "--field-selector", "involvedObject.name=unready")["items"]
+        return [e for e in items if e["reason"] == reason]
+    # a failure each second: one Event whose count grows (the kubelet's correlation), not one each
+    (unhealthy,) = until(lambda: [e for e in of_unready("Unhealthy") if e["count"] >= 3] or None, 20, "count 3")
+    assert len(of_unready("Unhealthy")) == 1
+    assert unhealthy["firstTimestamp"] < unhealthy["lastTimestamp"], unhealthy
+    assert (unhealthy["source"], unhealthy["reportingComponent"], unhealthy["reportingInstance"]) == \
+        ({"component": "nodeagent", "host": "n1"}, "nodeagent", "n1")
+    (started,) = of_unready("Started")
+    assert (started["message"], started["type"], started["involvedObject"]["fieldPath"]) == \
+        ("Started container main", "Normal", "spec.containers{main}")
+    described = server.kubectl("describe", "pod", "unready").stdout
+    assert "Started container main" in described and "Readiness probe failed" in described, described
+    assert re.search(r"Unhealthy\s.*\(x\d+ over", described), described
     server.kubectl("delete", "pod", "unready", "--timeout=30s", timeout=40)
+    (killing,) = until(lambda: of_unready("Killing") or None, 20, "the Killing event of the delete")
+    assert (killing["message"], killing["source"]["host"]) == ("Stopping container main", "n1")
 
 
 def test_a_deployment_runs_on_the_agent_scales_and_goes(cluster: tuple[SecureServer, Agent]) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nodeagent.cluster.auth.attributes import Attributes, Verdict, forbidden_message
 from nodeagent.cluster.auth.authorizer import build_authorizer
-from nodeagent.cluster.auth.node import NodeAuthorizer, NodeGraph, node_restriction, pod_references
+from nodeagent.cluster.auth.node import NodeAuthorizer, NodeGraph, pod_references
 from nodeagent.cluster.auth.rbac import bootstrap
 from nodeagent.cluster.auth.rbac.index import RBACIndex
 from nodeagent.cluster.auth.user import UserInfo
@@ -88,7 +88,7 @@ CASES = [
     (res("delete", "pods", ns="ns", name="mine"), True, ""),
     (res("delete", "pods", ns="ns", name="theirs"), False,
      'node "n1" can only delete pods with spec.nodeName set to itself'),
-    (res("create", "pods", ns="ns"), True, ""),  # mirror pods: the body is checked by node_restriction
+    (res("create", "pods", ns="ns"), True, ""),  # mirror pods: the body is checked by NodeRestriction
     (res("update", "pods", ns="ns", name="mine"), False, ""),
     (res("get", "pods", "log", ns="ns", name="mine"), False, ""),
     # what its pods reference
@@ -174,29 +174,6 @@ def test_pod_references_default_service_account_and_ephemeral_claims() -> None:
     assert ("persistentvolumeclaim", "ns", "p-scratch") in refs
 
 
-RESTRICTION_CASES = [
-    ("nodes", "", {"metadata": {"name": "n1"}}, None),
-    ("nodes", "", {"metadata": {"name": "n2"}}, 'node "n1" is not allowed to modify node "n2"'),
-    ("leases", "coordination.k8s.io", {"metadata": {"name": "n1"}}, None),
-    ("leases", "coordination.k8s.io", {"metadata": {"name": "n2"}},
-     "can only access node lease with the same name as the requesting node"),
-    ("pods", "", {"metadata": {"name": "p", "annotations": {"kubernetes.io/config.mirror": "x"}},
-                  "spec": {"nodeName": "n1"}}, None),
-    ("pods", "", {"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}},
-     'pod does not have "kubernetes.io/config.mirror" annotation, node "n1" can only create mirror pods'),
-    ("pods", "", {"metadata": {"name": "p", "annotations": {"kubernetes.io/config.mirror": "x"}},
-                  "spec": {"nodeName": "n2"}}, 'node "n1" can only create pods with spec.nodeName set to itself'),
-    ("events", "", {"metadata": {"name": "e"}}, None),
-]
-
-
-@pytest.mark.parametrize(("resource", "group", "obj", "message"), RESTRICTION_CASES)
-def test_node_restriction_on_create(resource: str, group: str, obj: dict[str, Any], message: str | None) -> None:
-    attrs = res("create", resource, group=group, ns="kube-node-lease" if resource == "leases" else "ns")
-    assert node_restriction(N1, attrs, obj) == message
-    assert node_restriction(UserInfo("alice"), attrs, obj) is None
-
-
 def test_chain_node_then_rbac(graph: NodeGraph) -> None:
     rbac = RBACIndex(bootstrap.cluster_roles() + bootstrap.cluster_role_bindings())
     chain = build_authorizer(["Node", "RBAC"], rbac, graph)
@@ -229,5 +206,4 @@ def test_malformed_pods_never_break_the_graph(obj: Any, event: str) -> None:
     body = {**obj, "kind": "Pod"} if isinstance(obj, dict) else {"kind": "Pod", "spec": obj}
     graph.apply(event, body)
     graph.apply("DELETED", body)
-    node_restriction(N1, res("create", "pods", ns="ns"), body)
     assert NodeAuthorizer(graph).authorize(res("get", "nodes", name="n1")).allowed

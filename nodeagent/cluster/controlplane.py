@@ -23,6 +23,7 @@ import structlog
 from aiohttp import web
 
 from nodeagent.cluster.admitters.chain import AdmissionChain
+from nodeagent.cluster.admitters.noderestriction import NodeRestrictionAdmission
 from nodeagent.cluster.admitters.quota import QuotaStatus
 from nodeagent.cluster.apiserver.binding import add_binding
 from nodeagent.cluster.apiserver.custom_metrics_api import add_custom_metrics
@@ -35,6 +36,7 @@ from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
+from nodeagent.cluster.apiserver.tokenrequest import ServiceAccountTokens, add_token_request
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
@@ -96,6 +98,7 @@ class ControlPlane:
         self.port: int | None = None
         self.scheduler: Scheduler | None = None
         self.registry: Registry | None = None
+        self.tokens: ServiceAccountTokens | None = None  # service-account tokens, when security is on
         self.controllers: ControllerManager | None = None
         self._stop = asyncio.Event()
 
@@ -125,11 +128,16 @@ class ControlPlane:
             settings = ApiSettings(self.clock, bookmark_interval=self.config.watch_bookmark_interval)
             tls: ssl.SSLContext | None = None
             extra: list[Admitter] = []
+            first: list[Admitter] = []
             if self.config.security is not None:
                 settings.security, tls = await self._security(registry, tasks)
                 if settings.security.rbac is not None:
                     extra.append(EscalationAdmission(settings.security))
-            await self._admission(registry, extra, tasks)
+                if settings.security.graph is not None:  # the Node authorizer's admission half
+                    first.append(NodeRestrictionAdmission(registry))
+            await self._admission(registry, extra, tasks, first)
+            if self.tokens is not None:
+                add_token_request(registry, settings, self.tokens)  # kubectl create token
             add_binding(registry, settings)
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
@@ -172,9 +180,10 @@ class ControlPlane:
                 await external.close()
             await store.close()
 
-    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks) -> None:
+    async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks,
+                         first: list[Admitter]) -> None:
         """The admission chain (cluster/admitters) and the quota status writer, fed by pods and quotas."""
-        chain = AdmissionChain(registry, extra=extra)
+        chain = AdmissionChain(registry, extra=extra, first=first)
         registry.plugins.admitter = chain
         status = QuotaStatus(chain.quota.ledger)
         for plural in ("pods", "resourcequotas"):
@@ -231,9 +240,11 @@ class ControlPlane:
         bootstrap ClusterRoles and bindings created when missing."""
         sec_config = self.config.security
         assert sec_config is not None
-        security = build_security(token_file=sec_config.token_auth_file, anonymous=sec_config.anonymous_auth,
-                                  anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode)
         pki = await asyncio.to_thread(ensure_pki, self.config.tls_dir, default_hosts(sec_config.tls_san), self.clock)
+        self.tokens = await asyncio.to_thread(ServiceAccountTokens, sec_config, pki, self.clock)
+        security = build_security(token_file=sec_config.token_auth_file, anonymous=sec_config.anonymous_auth,
+                                  anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode,
+                                  token_authenticators=[self.tokens.verifier])
         cert = sec_config.tls_cert_file or pki.serving_cert_file
         key = sec_config.tls_private_key_file or pki.serving_key_file
         tls = server_ssl_context(cert, key, sec_config.client_ca_file or pki.client_ca_file)
@@ -251,6 +262,8 @@ class ControlPlane:
                 feeds.append((registry.resource("rbac.authorization.k8s.io", "v1", plural), security.rbac.apply))
         if security.graph is not None:
             feeds.append((registry.resource("", "v1", "pods"), security.graph.apply))
+        for plural in ("serviceaccounts", "pods"):  # the token verifier's revocation look-ups
+            feeds.append((registry.resource("", "v1", plural), self.tokens.index.apply))
         for gs, apply in feeds:
             feed = Feed(gs, apply)
             await feed.relist()

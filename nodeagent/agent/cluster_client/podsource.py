@@ -52,8 +52,10 @@ from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.resize import MERGE
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.errors import FieldError, ValidationErrors
+from nodeagent.core.eventcorrelator import Correlator
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.resize import resources_of
+from nodeagent.core.timefmt import parse_rfc3339
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.kubeconfig import KubeconfigError
 
@@ -245,6 +247,9 @@ class PodSync(KubeconfigClient):
         self.events = events
         self._run_token = secrets.token_hex(4)  # event names differ from a previous run's
         self.events_posted: set[str] = set()
+        self.correlator = Correlator()  # as the kubelet's recorder: repeats become count+1 of one Event
+        self._correlated: dict[str, dict[str, Any]] = {}  # local name -> the Event to write, until written
+        self._server_uids: set[str] = set()  # server pods seen this run: a deleted pod's events still go
         self._events_failures = 0
         self._events_retry_at = 0.0
         super().__init__(timeout)
@@ -393,31 +398,50 @@ class PodSync(KubeconfigClient):
             self.observed[uid] = generation
 
     async def post_events(self, client: ApiClient) -> None:
-        """The agent's events about pods the server has (same uid), once each, as core/v1 Events."""
+        """The agent's events about pods the server has or had this run (same uid), as core/v1
+        Events, correlated as the kubelet's recorder does: a repeat of an event (same pod, reason,
+        message) is written as that Event again with count+1 and a new lastTimestamp (PUT, which
+        creates an Event that is gone), so `kubectl describe pod` shows `(x4 over 2m)`; the spam
+        filter drops a flood. Each local event is written once; a failure is retried after a back-off."""
         if self.events is None or self.clock.now() < self._events_retry_at:
             return
-        uids = {str(_meta(p).get("uid") or "") for p in self.server.values()}
+        self._server_uids.update(str(_meta(p).get("uid") or "") for p in self.server.values())
         recent = self.events.list()
         for event in recent:
             local_name = str(_meta(event).get("name") or "")
             if local_name in self.events_posted:
                 continue
-            body = server_event(event, self._run_token, uids)
+            body = self._correlated.get(local_name)
             if body is None:
-                continue
-            path = f"/api/v1/namespaces/{quote(body['metadata']['namespace'], safe='')}/events"
-            code, data = await client.request("POST", path, body)
-            if code in (200, 201, 409):
+                raw = server_event(event, self._run_token, self._server_uids)
+                if raw is None:
+                    continue
+                when = parse_rfc3339(event.get("lastTimestamp")) or self.clock.wall()
+                body = self.correlator.observe(raw, self.clock.now(), when)
+                if body is None:  # the spam filter's
+                    self.events_posted.add(local_name)
+                    continue
+                self._correlated[local_name] = body
+            meta = body["metadata"]
+            path = f"/api/v1/namespaces/{quote(meta['namespace'], safe='')}/events/{quote(meta['name'], safe='')}"
+            code, data = await client.request("PUT", path, body)
+            if code in (200, 201):
                 self.events_posted.add(local_name)
+                self._correlated.pop(local_name, None)
                 self._events_failures = 0
             else:  # tried again after a back-off; the ring forgets it eventually
                 self._events_failures += 1
                 self._events_retry_at = self.clock.now() + bodies.backoff_delay(self._events_failures)
                 if self._events_failures == 1:
                     log.warning("server_event_failed", reason=event.get("reason"),
-                                error=str(ApiError("POST", path, code, data)))
+                                error=str(ApiError("PUT", path, code, data)))
                 break
-        self.events_posted &= {str(_meta(e).get("name") or "") for e in recent}
+        live = {str(_meta(e).get("name") or "") for e in recent}
+        self.events_posted &= live
+        self._correlated = {k: v for k, v in self._correlated.items() if k in live}
+        current = {str(_meta(p).get("uid") or "") for p in self.server.values()}
+        self._server_uids = current | {str((e.get("involvedObject") or {}).get("uid") or "") for e in recent
+                                       if (e.get("involvedObject") or {}).get("uid") in self._server_uids}
 
     async def _act(self, client: ApiClient, action: Action) -> None:
         key, pod = action.key, self.server.get(action.key)

@@ -456,6 +456,8 @@ class PodWorker:
             self._note_exit(c, worker, status)
         if isinstance(state, Running) and status.container_id and self._hooked.get(c.name) != status.container_id:
             self._hooked[c.name] = status.container_id
+            if not self._restoring:  # the kubelet's event for each run (kuberuntime startContainer)
+                self._record_event(c.name, Event("Started", f"Started container {c.name}", "Normal"))
             lifecycle = c.spec.lifecycle
             if not self._restoring and lifecycle is not None and lifecycle.post_start is not None:
                 self._hook_running.add(c.name)
@@ -604,6 +606,7 @@ class PodWorker:
             return
         left = grace
         if w.pid is not None and isinstance(w.status.state, Running):
+            self._record_event(c.name, Event("Killing", f"Stopping container {c.name}", "Normal"))  # killContainer's
             left = await self._pre_stop(c, grace)
         await w.stop(left)
 

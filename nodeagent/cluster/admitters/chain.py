@@ -1,6 +1,7 @@
 """The admission chain in kube-apiserver's order (NamespaceLifecycle is the registry's own check,
-before it): the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, then the VPA's
-(a mutating webhook upstream, so after the built-in mutating plugins), then the validating ones
+before it): NodeRestriction when given (`first`: it only refuses, so before any plugin mutates or
+charges), the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, then the VPA's (a
+mutating webhook upstream, so after the built-in mutating plugins), then the validating ones
 LimitRanger, ResourceQuota (always last: it charges what the others let through), then any other
 admitter (RBAC escalation). A pod whose resources a plugin changed gets its
 status.qosClass computed again."""
@@ -25,15 +26,18 @@ from nodeagent.core.qos import qos_class
 
 
 class AdmissionChain:
-    def __init__(self, registry: Registry, *, extra: Sequence[Admitter] = ()) -> None:
+    def __init__(self, registry: Registry, *, extra: Sequence[Admitter] = (), first: Sequence[Admitter] = ()) -> None:
         self.limits = LimitRanger(registry)
         self.priority = PriorityAdmission(registry)
         self.quota = QuotaAdmission(registry)
         self.vpa = VPAAdmission(registry)
         self.extra = list(extra)
+        self.first = list(first)
 
     async def admit(self, operation: Operation, info: ResourceInfo, obj: dict[str, Any],
                     old: dict[str, Any] | None, *, subresource: str, ctx: Context) -> None:
+        for admitter in self.first:
+            await admitter.admit(operation, info, obj, old, subresource=subresource, ctx=ctx)
         pod_create = operation == "CREATE" and not subresource and info.group == "" and info.plural == "pods"
         if pod_create:
             ns = str(obj["metadata"].get("namespace") or "")

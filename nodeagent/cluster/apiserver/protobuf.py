@@ -1,7 +1,7 @@
 """Kubernetes protobuf request bodies of the kinds kubectl's generators create.
 
 kubectl 1.37's typed clients (`kubectl create namespace|quota|priorityclass|role|rolebinding|
-clusterrole|clusterrolebinding|configmap|secret|serviceaccount|deployment|job|cronjob|pdb`,
+clusterrole|clusterrolebinding|configmap|secret|serviceaccount|deployment|job|cronjob|pdb|token`,
 `kubectl autoscale`) post
 `application/vnd.kubernetes.protobuf` and do not fall back to JSON on 415. The body is
 `k8s\\x00` + runtime.Unknown{typeMeta, raw}, raw the kind's message from the upstream
@@ -127,6 +127,10 @@ KINDS: dict[tuple[str, str], Schema] = {
                           3: ("binaryData", "map_bytes", None), 4: ("immutable", "bool", None)},
     ("v1", "Secret"): {1: ("metadata", "msg", _META), 2: ("data", "map_bytes", None), 3: ("type", "str", None),
                        4: ("stringData", "map_str", None), 5: ("immutable", "bool", None)},
+    ("authentication.k8s.io/v1", "TokenRequest"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", {
+        1: ("audiences", "strs", None), 4: ("expirationSeconds", "int32", None),
+        3: ("boundObjectRef", "msg", {1: ("kind", "str", None), 2: ("apiVersion", "str", None),
+                                      3: ("name", "str", None), 4: ("uid", "str", None)})})},
     ("v1", "ServiceAccount"): {1: ("metadata", "msg", _META), 2: ("secrets", "msgs", _REF),
                                3: ("imagePullSecrets", "msgs", _LOCAL_REF),
                                4: ("automountServiceAccountToken", "bool", None)},

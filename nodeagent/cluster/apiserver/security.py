@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from nodeagent.cluster.apiserver.encoding import json_response
 from nodeagent.cluster.auth import protobuf
 from nodeagent.cluster.auth import reviews as auth_reviews
 from nodeagent.cluster.auth.attributes import RBAC_GROUP, Attributes, forbidden_status, unauthorized_status
-from nodeagent.cluster.auth.authenticator import Anonymous, Authenticator, BearerTokenAuthenticator
+from nodeagent.cluster.auth.authenticator import Anonymous, Authenticator, BearerTokenAuthenticator, TokenAuthenticator
 from nodeagent.cluster.auth.authorizer import Authorizer, build_authorizer
 from nodeagent.cluster.auth.escalation import EscalationCheck
 from nodeagent.cluster.auth.impersonation import ImpersonationError, impersonate
@@ -55,10 +55,14 @@ class Security:
 
 
 def build_security(*, token_file: str | None, anonymous: bool, anonymous_paths: tuple[str, ...],
-                   modes: tuple[str, ...]) -> Security:
+                   modes: tuple[str, ...], token_authenticators: Sequence[TokenAuthenticator] = ()) -> Security:
+    """`token_authenticators`: more bearer-token authenticators after the token file (the
+    service-account token verifier)."""
     chain: list[Any] = [X509Authenticator()]
-    if token_file:
-        chain.append(BearerTokenAuthenticator([TokenFile.load(token_file)]))
+    tokens: list[TokenAuthenticator] = [TokenFile.load(token_file)] if token_file else []
+    tokens.extend(token_authenticators)
+    if tokens:
+        chain.append(BearerTokenAuthenticator(tokens))
     authenticator = Authenticator(chain, Anonymous(anonymous_paths) if anonymous else None)
     rbac = RBACIndex() if "RBAC" in modes else None
     graph = NodeGraph() if "Node" in modes else None

@@ -4,18 +4,18 @@ kube-apiserver's, with AuthorizeNodeWithSelectors on (the upstream default since
 - nodes: create; get/list/watch only its own Node (list and watch pinned to it with
   fieldSelector metadata.name=<node>); update/patch it and its status;
 - pods: get those bound to it; list/watch with fieldSelector spec.nodeName=<node>; create and
-  delete (mirror pods: node_restriction checks the body); update/patch status and create
+  delete (mirror pods: NodeRestriction checks the body); update/patch status and create
   evictions of pods bound to it;
 - secrets, configmaps, persistentvolumeclaims (and their status), persistentvolumes, resource
   claims and serviceaccounts/token: only objects its pods reference (the graph below);
-- leases in kube-node-lease: get/update/patch/delete its own (create: node_restriction);
+- leases in kube-node-lease: get/update/patch/delete its own (create: NodeRestriction);
   csinodes the same; events and everything else: the system:node rules.
 
 Where upstream leaves a name check to the NodeRestriction admission plugin although the name
 is known at authorization (update/patch of a Node or its status; pod status, delete and
 eviction), it is checked here, with NodeRestriction's wording: an agent can touch nothing of
-another node. `node_restriction` is the admission half, for creates, where only the body names
-the object; the API server calls it for requests from nodes.
+another node. auth/noderestriction.py is the admission half, which sees the objects (the name a
+create's body carries, labels, taints, mirror pods).
 
 The graph is fed by the server from its watches of pods and persistentvolumeclaims, as the
 upstream graph populator: each pod bound to a node links the node to the pod and to every
@@ -32,8 +32,7 @@ from nodeagent.cluster.auth.attributes import ALLOW, NO_OPINION, Attributes, Aut
 from nodeagent.cluster.auth.rbac.bootstrap import node_rules
 from nodeagent.cluster.auth.rbac.rules import parse_rules, rules_allow
 from nodeagent.cluster.auth.requestinfo import exact_field_value
-from nodeagent.cluster.auth.user import UserInfo, node_identity
-from nodeagent.core.wellknown import CONFIG_MIRROR
+from nodeagent.cluster.auth.user import node_identity
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
@@ -286,7 +285,7 @@ class NodeAuthorizer:
     def _node(self, node: str, attrs: Attributes) -> AuthorizationDecision:
         verb, sub = attrs.verb, attrs.subresource
         if sub == "" and verb == "create":
-            return ALLOW  # the name is in the body: node_restriction
+            return ALLOW  # the name is in the body: NodeRestriction
         if (sub == "" and verb in ("update", "patch")) or (sub == "status" and verb in ("update", "patch")):
             if attrs.name == node:
                 return ALLOW
@@ -311,7 +310,7 @@ class NodeAuthorizer:
                     return self._related(node, "pod", attrs)
                 return _deny("can only list/watch pods with spec.nodeName field selector")
             if verb == "create":
-                return ALLOW  # mirror pods bound to itself: node_restriction
+                return ALLOW  # mirror pods bound to itself: NodeRestriction
             if verb == "delete":
                 return self._bound(node, attrs, f'node "{node}" can only delete pods with spec.nodeName set to itself')
         elif sub == "status" and verb in ("update", "patch"):
@@ -325,26 +324,3 @@ class NodeAuthorizer:
         if attrs.name and self.graph.node_of_pod(attrs.namespace, attrs.name) == node:
             return ALLOW
         return _deny(message)
-
-
-def node_restriction(user: UserInfo, attrs: Attributes, obj: Mapping[str, Any]) -> str | None:
-    """The admission half of the Node authorizer, for creates by a node, whose name only the
-    body carries: why the request is forbidden (NodeRestriction's wording), or None. Not a node:
-    None."""
-    node = node_identity(user)
-    if node is None or attrs.verb != "create" or not attrs.resource_request or attrs.subresource:
-        return None
-    meta = _dict(obj, "metadata")
-    name = meta.get("name")
-    if attrs.api_group == "" and attrs.resource == "nodes" and name != node:
-        return f'node "{node}" is not allowed to modify node "{name}"'
-    if attrs.api_group == "coordination.k8s.io" and attrs.resource == "leases" and name != node:
-        return "can only access node lease with the same name as the requesting node"
-    if attrs.api_group == "storage.k8s.io" and attrs.resource == "csinodes" and name != node:
-        return "can only access CSINode with the same name as the requesting node"
-    if attrs.api_group == "" and attrs.resource == "pods":
-        if CONFIG_MIRROR not in _dict(meta, "annotations"):
-            return f'pod does not have "{CONFIG_MIRROR}" annotation, node "{node}" can only create mirror pods'
-        if _dict(obj, "spec").get("nodeName") != node:
-            return f'node "{node}" can only create pods with spec.nodeName set to itself'
-    return None
