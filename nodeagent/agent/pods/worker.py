@@ -758,9 +758,13 @@ class PodWorker:
                 st = ContainerStatus(c.name, Waiting(waiting), image=c.config.image)
             return st.to_status_dict(ready=False, started=False)
         probes = self.probes
-        return self._shown(c.name, w.status).to_status_dict(
+        out = self._shown(c.name, w.status).to_status_dict(
             ready=probes.ready(c.name) if probes is not None else None,
             started=probes.started(c.name) if probes is not None else None)
+        image = self.image_containers.get(c.name)
+        if image is not None and image.image_id:
+            out["imageID"] = image.image_id  # the repo digest the container runs, as the kubelet reports it
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = self.pod.to_dict()
