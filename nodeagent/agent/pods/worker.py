@@ -502,15 +502,23 @@ class PodWorker:
         return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
 
     # ---- probes and hooks ----
-    def exec_target(self, name: str) -> ExecTarget | None:
-        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not running)."""
+    def exec_target(self, name: str, *, interactive: bool = False) -> ExecTarget | None:
+        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not
+        running). `interactive` (kubectl exec): an image container's target too, reached through
+        its OCI runtime (probes and hooks in image containers are refused at admission)."""
         w = self.workers.get(name)
         if w is None or not isinstance(w.status.state, Running):
             return None
+        c = self.plan.any_container(name)
+        if c is not None and c.from_image:
+            image = self.image_containers.get(name)
+            if not interactive or image is None or self.env.oci is None:
+                return None
+            return ExecTarget(cgroup=DriverCgroup(self.env.driver, sandbox_cgroup(self.plan.cgroup_path)),
+                              oci=self.env.oci.exec_handle(image.cid, image.dirs, c.cgroup_path))
         target = self._exec_targets.get(name)
         if target is None:
-            c = self.plan.any_container(name)
-            if c is None or c.from_image:  # exec inside an image container is not supported yet (refused at admission)
+            if c is None:
                 return None
             launch = c.config.launch
             uid, gid = launch.identity()
