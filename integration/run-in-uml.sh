@@ -68,6 +68,12 @@ else
   exec 9>&-
 fi
 [ -x "$UML" ] || { echo "run-in-uml: no $UML (download failed?)" >&2; exit 99; }
+# overlayfs is a module in testing's kernel (built in 6.1's). The host has no kmod, so the guest
+# loads it from the unpacked package with finit_module(2) (python3, ctypes).
+MODS=""
+for d in "$(dirname "$UML")/../lib/uml/modules" "$(dirname "$UML")/root/usr/lib/uml/modules"; do
+  [ -d "$d" ] && { MODS=$(cd "$d" && pwd); break; }
+done
 
 RUN=$(mktemp -d "$W/run.XXXXXX")   # per-run files, so concurrent runs do not clash
 trap 'rm -rf "$RUN"' EXIT
@@ -88,6 +94,12 @@ mount -t proc proc /proc; mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
 for d in $(q "$PWD") $(q "$W"); do mkdir -p "\$d" 2>/dev/null; mount -t hostfs none "\$d" -o "\$d"; done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+ko=$(q "$MODS")/\$(uname -r)/kernel/fs/overlayfs/overlay.ko
+if ! grep -qw overlay /proc/filesystems && [ -f "\$ko" ]; then
+  python3 -c 'import ctypes, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+sys.exit(ctypes.CDLL(None, use_errno=True).syscall(313, fd, b"", 0) and ctypes.get_errno())' "\$ko" || true
+fi
 ip link set lo up 2>/dev/null || true
 sh $(q "$RUN/cmd.sh"); echo \$? > $(q "$RUN/rc")
 echo o > /proc/sysrq-trigger; sleep 10        # power off is async: keep PID 1 alive meanwhile
