@@ -94,6 +94,7 @@ mount -t proc proc /proc; mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /tmp; mount -t tmpfs tmpfs /run
 for d in $(q "$PWD") $(q "$W"); do mkdir -p "\$d" 2>/dev/null; mount -t hostfs none "\$d" -o "\$d"; done
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mkdir -p /dev/pts; mount -t devpts devpts /dev/pts -o ptmxmode=0666 2>/dev/null || true   # kubectl exec -t: ptys
 ko=$(q "$MODS")/\$(uname -r)/kernel/fs/overlayfs/overlay.ko
 if ! grep -qw overlay /proc/filesystems && [ -f "\$ko" ]; then
   python3 -c 'import ctypes, os, sys

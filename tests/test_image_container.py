@@ -41,7 +41,8 @@ IMAGE = "registry.test/app:1"
 CONFIG = ImageConfig(entrypoint=("/bin/sh", "-c"), cmd=("echo from the image",), env=("PATH=/bin", "MODE=image"),
                      working_dir="/srv")
 RECORD = ImageRecord(id="sha256:" + "a" * 64, manifest_digest="sha256:" + "b" * 64, manifest_size=1, config_size=1,
-                     layers=(), config=CONFIG, repo_tags=(IMAGE,))
+                     layers=(), config=CONFIG, repo_tags=(IMAGE,),
+                     repo_digests=("registry.test/app@sha256:" + "b" * 64,))
 
 
 class FakeBackoff:
@@ -58,12 +59,15 @@ class FakeImages:
     def __init__(self, results: Sequence[ImageRecord | E.ImageError] = (RECORD,)) -> None:
         self.results = list(results)
         self.ensured: list[tuple[str, str | None, PodRef]] = []
+        self.secrets: list[Sequence[Any]] = []
         self.leases: dict[str, str] = {}
         self.released: list[str] = []
         self.backoff = FakeBackoff()
 
-    async def ensure(self, image: str, policy: str | None, pod: PodRef, *, field_path: str = "image") -> ImageRecord:
+    async def ensure(self, image: str, policy: str | None, pod: PodRef, *, field_path: str = "image",
+                     pull_secrets: Sequence[Any] = ()) -> ImageRecord:
         self.ensured.append((image, policy, pod))
+        self.secrets.append(list(pull_secrets))
         result = self.results.pop(0) if len(self.results) > 1 else self.results[0]
         if isinstance(result, E.ImageError):
             raise result
@@ -141,11 +145,13 @@ class Sleeps:
 
 
 def image_container(tmp_path: Path, images: FakeImages, oci: FakeOci, sleep: Sleeps,
-                    events: list[tuple[str, str]] | None = None, **container: Any) -> ImageContainer:
-    pod = parse_pod(pod_manifest(container))
-    plan = plan_pod(pod, state_dir=str(tmp_path), memory_capacity=4 * GI)
+                    events: list[tuple[str, str]] | None = None, *, spec: dict[str, Any] | None = None,
+                    objects: Any = None, **container: Any) -> ImageContainer:
+    manifest = pod_manifest(container)
+    manifest["spec"].update(spec or {})
+    plan = plan_pod(parse_pod(manifest), state_dir=str(tmp_path), memory_capacity=4 * GI)
     return ImageContainer(plan, plan.containers[0], images=images, oci=oci, driver=FakeCgroupDriver(),  # type: ignore[arg-type]
-                          sandbox=None, sleep=sleep,  # type: ignore[arg-type]
+                          sandbox=None, sleep=sleep, objects=objects,  # type: ignore[arg-type]
                           on_event=(lambda r, m: events.append((r, m))) if events is not None else None,
                           resolv_conf=str(tmp_path / "no-resolv.conf"))
 
@@ -164,6 +170,43 @@ async def test_pull_failures_read_err_image_pull_then_image_pull_backoff_and_wai
     assert [(i, p) for i, p, _ in images.ensured] == [(IMAGE, "Always")] * 3
     assert images.leases == {ic.holder: RECORD.id} and ic.holder == f"{ic.plan.uid}-main"
     assert len(oci.bundles) == 1 and oci.deleted == [ic.cid]  # stale runtime state first, then the bundle
+
+
+async def test_image_pull_secrets_are_read_through_the_cluster_client(tmp_path: Path) -> None:
+    """The kubelet's getPullSecretsForPod: each named Secret read (an empty name skipped), its
+    keyring passed to the pull; one missing or malformed is left out with one event naming them."""
+    import base64
+    import json
+
+    from nodeagent.agent.images.credentials import Credential
+
+    def docker_secret(user: str) -> dict[str, Any]:
+        doc = {"auths": {"registry.test": {"username": user, "password": "pw"}}}
+        return {"type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": base64.b64encode(json.dumps(doc).encode()).decode()}}
+
+    stored = {"one": docker_secret("one"), "bad": {"type": "kubernetes.io/dockerconfigjson",
+                                                  "data": {".dockerconfigjson": "!!"}}, "two": docker_secret("two")}
+    reads: list[tuple[str, str, str]] = []
+
+    async def objects(resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        reads.append((resource, namespace, name))
+        return stored.get(name)
+
+    images, events = FakeImages(), []
+    refs = [{"name": "one"}, {"name": ""}, {"name": "gone"}, {"name": "bad"}, {"name": "two"}]
+    ic = image_container(tmp_path, images, FakeOci(), Sleeps(), events, spec={"imagePullSecrets": refs},
+                         objects=objects)
+    await ic.prepare(lambda w: None)
+    assert reads == [("secrets", "default", n) for n in ("one", "gone", "bad", "two")]
+    assert images.secrets == [[{"registry.test": Credential("one", "pw")}, {"registry.test": Credential("two", "pw")}]]
+    assert events == [("FailedToRetrieveImagePullSecret", "Unable to retrieve some image pull secrets (gone, bad); "
+                                                          "attempting to pull the image may not succeed.")]
+    # without a cluster client every secret is missing, and the pull is anonymous
+    images2, events2 = FakeImages(), []
+    await image_container(tmp_path / "b", images2, FakeOci(), Sleeps(), events2,
+                          spec={"imagePullSecrets": [{"name": "one"}]}).prepare(lambda w: None)
+    assert images2.secrets == [[]] and [r for r, _ in events2] == ["FailedToRetrieveImagePullSecret"]
 
 
 async def test_an_invalid_image_name_waits_the_resync(tmp_path: Path) -> None:
@@ -247,6 +290,9 @@ async def test_an_image_pod_runs_from_its_bundle_and_its_removal_cleans_up(tmp_p
     assert w.running and oci.bundles[-1].argv == ("/bin/sh", "-c", "echo from the bundle; sleep 30")
     await until(lambda: "from the bundle" in Path(w.workers["main"].log_path).read_text())
     assert sleeps.waits == [FIRST_RETRY_S]
+    (status,) = w.to_dict()["status"]["containerStatuses"]
+    # image: the spec's reference; imageID: the repo digest it runs
+    assert (status["image"], status["imageID"]) == (IMAGE, RECORD.repo_digests[0])
     await m.delete_pod("default", "web", 0)
     await until(lambda: m.get_pod("default", "web") is None)
     cid = f"{w.plan.uid}-main"

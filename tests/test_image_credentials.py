@@ -10,7 +10,16 @@ import pytest
 
 from nodeagent.agent.config.settings import RegistryConfig, parse_config
 from nodeagent.agent.images import errors as E
-from nodeagent.agent.images.credentials import Credential, access_for, auth_file, parse_docker_config
+from nodeagent.agent.images.credentials import (
+    Credential,
+    access_for,
+    accesses_for,
+    auth_file,
+    key_matches,
+    lookup,
+    parse_docker_config,
+    pull_secret_keyring,
+)
 from nodeagent.agent.images.manager import manager_from_config
 from nodeagent.agent.images.reference import parse_reference
 from nodeagent.agent.images.skopeo import classify, failure_message
@@ -77,7 +86,21 @@ def test_docker_config_json() -> None:
 ])
 def test_skopeo_messages(message: str, cls: type[E.PullFailed]) -> None:
     err = classify(message)
-    assert type(err) is cls and err.message == message and err.reason == "ErrImagePull"
+    assert type(err) is cls and err.message.startswith(message) and err.reason == "ErrImagePull"
+
+
+@pytest.mark.parametrize("message, status", [
+    ("reading manifest 1 in r/x: unauthorized: authentication required", "401 Unauthorized"),
+    ("unable to retrieve auth token: invalid username/password: unauthorized: authentication required",
+     "401 Unauthorized"),
+    ("reading manifest 1 in r/x: denied: requested access to the resource is denied", "403 Forbidden"),
+    ("reading manifest 1 in r/x: authentication required", None),  # no distribution code: no status claimed
+    ("received unexpected HTTP status: 401 Unauthorized", None),  # already named
+])
+def test_a_refusal_names_the_registrys_status(message: str, status: str | None) -> None:
+    err = classify(message)
+    assert isinstance(err, E.Unauthorized)
+    assert err.message == (f"{message} (the registry answered {status})" if status else message)
 
 
 def test_failure_message_takes_the_fatal_msg() -> None:
@@ -118,3 +141,80 @@ async def test_manager_from_config(tmp_path: object) -> None:
     assert manager.reserve_bytes == 1 << 20
     manager.reconfigure(parse_config({"stateDir": str(tmp_path), "evictionHard": {}}, "test"))
     assert manager.reserve_threshold is None and manager.reserve_bytes == 0
+
+
+@pytest.mark.parametrize("key, image, match", [
+    # the kubelet's credentialprovider URLsMatchStr cases
+    ("reg.example", "reg.example/team/app", True),
+    ("reg.example/team", "reg.example/team/app", True),
+    ("reg.example/team", "reg.example/other/app", False),
+    ("reg.example/team/app", "reg.example/team", False),  # the key's path must be a prefix of the image's
+    ("reg.example:5000", "reg.example/team/app", False),  # the port is part of the registry
+    ("reg.example", "reg.example:5000/team/app", False),
+    ("reg.example:5000", "reg.example:5000/app", True),
+    ("*.example", "reg.example/app", True),  # a glob per host label
+    ("*.example", "a.reg.example/app", False),  # ...with as many labels
+    ("*.*.example", "a.reg.example/app", True),
+    ("*.example", "example/app", False),
+    ("docker.io", "docker.io/library/busybox", True),
+    ("127.0.0.1:5000", "127.0.0.1:5000/test/small", True),
+    ("127.0.0.1:5001", "127.0.0.1:5000/test/small", False),
+])
+def test_key_matches(key: str, image: str, match: bool) -> None:
+    assert key_matches(key, image) is match
+
+
+@pytest.mark.parametrize("key, normal", [
+    ("https://index.docker.io/v1/", "docker.io"),
+    ("index.docker.io", "docker.io"),
+    ("https://quay.io/v2/", "quay.io"),
+    ("http://reg.example:5000/team/", "reg.example:5000/team"),
+    ("reg.example/team/app", "reg.example/team/app"),
+    ("https://reg.example/v1/team", "reg.example/team"),
+])
+def test_docker_config_keys_keep_their_path(key: str, normal: str) -> None:
+    data = json.dumps({"auths": {key: {"username": "u", "password": "p"}}}).encode()
+    assert list(parse_docker_config(data)) == [normal]
+
+
+def test_lookup_merges_the_secrets_most_specific_first() -> None:
+    team, host, other = Credential("team", "1"), Credential("host", "2"), Credential("other", "3")
+    first = {"reg.example": host}
+    second = {"reg.example/team": team, "other.example": other}
+    assert lookup([first, second], "reg.example/team/app") == [team, host]  # not in secret order: by key
+    assert lookup([first, second], "reg.example/x/app") == [host]
+    assert lookup([first, second], "third.example/app") == []
+    # the same key in two secrets: both, in secret order
+    assert lookup([first, {"reg.example": team}], "reg.example/app") == [host, team]
+
+
+def test_secrets_come_before_the_config_and_each_is_a_candidate() -> None:
+    ref = parse_reference("reg.example/team/app:1")
+    conf = {"reg.example": RegistryConfig(username="node", password_file="/etc/pw")}
+    files = {"/etc/pw": "from-file\n"}
+    pod = Credential("pod", "from-secret")
+    found = accesses_for(ref, conf, [{"reg.example/team": pod}], read_file=files.__getitem__)
+    assert [a.credential for a in found] == [pod, Credential("node", "from-file")]
+    assert all(a.registry == "reg.example" and a.tls_verify for a in found)
+    assert [a.credential for a in accesses_for(ref, {})] == [None]  # anonymous, once
+
+
+def _secret(kind: str, key: str, doc: object) -> dict[str, object]:
+    return {"type": kind, "data": {key: base64.b64encode(json.dumps(doc).encode()).decode()}}
+
+
+def test_pull_secret_objects() -> None:
+    auth = base64.b64encode(b"puller:pw").decode()
+    json_secret = _secret("kubernetes.io/dockerconfigjson", ".dockerconfigjson",
+                          {"auths": {"127.0.0.1:5000": {"auth": auth}}})
+    assert pull_secret_keyring(json_secret) == {"127.0.0.1:5000": Credential("puller", "pw")}
+    legacy = _secret("kubernetes.io/dockercfg", ".dockercfg", {"reg.example": {"auth": auth}})
+    assert pull_secret_keyring(legacy) == {"reg.example": Credential("puller", "pw")}
+    # another type, the key of the other type, no data: nothing (as the kubelet's MakeDockerKeyring)
+    assert pull_secret_keyring(_secret("Opaque", ".dockerconfigjson", {"auths": {}})) == {}
+    assert pull_secret_keyring(_secret("kubernetes.io/dockercfg", ".dockerconfigjson", {"auths": {}})) == {}
+    assert pull_secret_keyring({"type": "kubernetes.io/dockerconfigjson"}) == {}
+    with pytest.raises(ValueError, match=r"data\[.dockerconfigjson\]: not base64"):
+        pull_secret_keyring({"type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": "!!"}})
+    with pytest.raises(ValueError, match=r"data\[.dockerconfigjson\]: must be a JSON object"):
+        pull_secret_keyring(_secret("kubernetes.io/dockerconfigjson", ".dockerconfigjson", []))

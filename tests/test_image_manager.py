@@ -354,3 +354,28 @@ async def test_node_status_images(env: Any) -> None:
     assert images[0]["names"][0].startswith(f"{REG}/big@sha256:")  # digests, then tags
     assert all(i["sizeBytes"] > 0 for i in images)
     assert node_images(env.store.records(), max_images=1) == images[:1]
+
+
+async def test_each_matching_credential_is_tried_until_the_registry_takes_one(env: Any) -> None:
+    """The kubelet's pull loop over the keyring's matches: a refused credential is followed by the
+    next (most specific first); when every one is refused the last 401 is the ErrImagePull."""
+    from nodeagent.agent.images.credentials import Credential
+
+    await env.manager.start()
+    env.registry.add("team/app:1", [layer("a")])
+    good, bad = Credential("puller", "right"), Credential("puller", "wrong")
+    real = env.registry.inspect_raw
+
+    async def only_good(source: str, access: Access | None, seconds: float) -> bytes:
+        if access is None or access.credential != good:
+            env.registry.accesses.append(access)
+            raise E.Unauthorized("unauthorized: authentication required")
+        return await real(source, access, seconds)
+
+    env.registry.inspect_raw = only_good
+    record = await env.manager.ensure(f"{REG}/team/app:1", None, POD,
+                                      pull_secrets=[{REG: good}, {f"{REG}/team": bad}])
+    assert record.repo_tags == (f"{REG}/team/app:1",)
+    assert [a.credential for a in env.registry.accesses] == [bad, good]  # REG/team is more specific
+    with pytest.raises(E.Unauthorized, match="authentication required"):
+        await env.manager.ensure(f"{REG}/team/other:1", None, POD, pull_secrets=[{REG: bad}])

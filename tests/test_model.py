@@ -253,6 +253,8 @@ ERROR_CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("typo-in-spec", _set("spec.restartPolicyy", "Never"), 'spec.restartPolicyy: unknown field "restartPolicyy"'),
     ("snake-case-is-unknown", _set("spec.restart_policy", "Never"), 'spec.restart_policy: unknown field "restart_policy"'),
     ("unsupported-spec-field", _set("spec.hostNetwork", True), 'spec.hostNetwork: unknown field "hostNetwork"'),
+    ("pull-secret-only-name", _set("spec.imagePullSecrets", [{"name": "s", "key": "k"}]),
+     'spec.imagePullSecrets[0].key: unknown field "key"'),
     ("typo-top-level", _set("metdata", {}), 'metdata: unknown field "metdata"'),
     ("typo-in-metadata", _set("metadata.lables", {"a": "b"}), 'metadata.lables: unknown field "lables"'),
     ("typo-in-resources", _res(limit={"cpu": "1"}), 'spec.containers[0].resources.limit: unknown field "limit"'),

@@ -4,14 +4,19 @@ The request is upgraded first and every later problem (no such pod or container,
 running, a command that cannot start) is a Failure Status on the error channel, as the kubelet's
 WebSocket streams report them: the control plane relays the session frame by frame, and an
 answer before the upgrade would only make kubectl retry over SPDY and lose the message. The
-command runs as the container's (runtime/exec_session.py); when the client goes first the command's
-process group is killed, so nothing is left behind. The protocol's pure parts are core/remotecommand.py.
+command runs as the container's (runtime/exec_session.py); in a container from an image it runs
+through the OCI runtime's `exec` (`runc exec [--tty]`, charged to the pod's sandbox cgroup), which
+puts it in the container's namespaces and cgroup. When the client goes first the command's
+process group is killed (and the process the runtime exec'd, named by its pid file), so nothing is
+left behind. The protocol's pure parts are core/remotecommand.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 
 import structlog
 from aiohttp import WSMsgType, web
@@ -23,6 +28,7 @@ from nodeagent.core import remotecommand as rc
 from nodeagent.daemonkit.status import StatusError
 
 log = structlog.get_logger(__name__)
+RUNTIME_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 async def _failure(ws: web.WebSocketResponse, message: str, reason: str, code: int) -> web.WebSocketResponse:
@@ -49,7 +55,13 @@ async def exec_handler(request: web.Request, backend: AgentBackend) -> web.Strea
         if target is None:
             what = f'container "{opts.container}" of pod' if opts.container else "pod"
             return await _failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
-        spec = LaunchSpec(opts.command, dict(target.env), target.working_dir, target.run_as_user, target.run_as_group)
+        if target.oci is not None:  # an image container: through its runtime's exec
+            pid_file = target.oci.pid_file()
+            spec = LaunchSpec(tuple(target.oci.argv(opts.command, tty=opts.tty, pid_file=pid_file)),
+                              {"PATH": RUNTIME_PATH})
+        else:
+            spec = LaunchSpec(opts.command, dict(target.env), target.working_dir, target.run_as_user,
+                              target.run_as_group)
         files = target.cgroup.procs_files() if target.cgroup is not None else []
         session = ExecSession.start(spec, files, target.oom_score_adj, stdin=opts.stdin, stdout=opts.stdout,
                                     stderr=opts.stderr and not opts.tty, tty=opts.tty)
@@ -57,11 +69,17 @@ async def exec_handler(request: web.Request, backend: AgentBackend) -> web.Strea
         return await _failure(ws, str(e), "BadRequest", 400)
     except OSError as e:
         return await _failure(ws, f"cannot start {list(opts.command)}: {e}", "InternalError", 500)
-    log.info("exec_started", pod=f"{ns}/{name}", container=opts.container, pid=session.pid, tty=opts.tty)
+    if target.oci is not None:
+        session.on_kill = functools.partial(target.oci.kill, pid_file)
+    log.info("exec_started", pod=f"{ns}/{name}", container=opts.container, pid=session.pid, tty=opts.tty,
+             runtime=target.oci is not None)
     try:
         code = await _serve(ws, session, v5=ready.protocol == rc.V5)
     finally:
         session.close()
+        if target.oci is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(pid_file)
     if code is not None:
         log.info("exec_finished", pod=f"{ns}/{name}", container=opts.container, exit_code=code)
         with contextlib.suppress(ConnectionResetError):

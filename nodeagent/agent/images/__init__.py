@@ -6,9 +6,9 @@ layer unpacking for overlayfs, pull policy and back-off, and image garbage colle
     backoff     the image pull back-off, 10 s doubling to 300 s (pure, injectable clock)
     errors      what can go wrong, and the container state and event each shows (pure)
     gc          the kubelet's image GC policy and reclaim planning (pure)
-    listing     status.images and the API's image objects (pure)
+    listing     status.images, a container's imageID and the API's image objects (pure)
     records     image records and OCI manifest/config parsing (pure)
-    credentials registry credentials and transport security; imagePullSecrets seam
+    credentials registry credentials (imagePullSecrets and config, the kubelet's keyring) and transport security
     digest      hashing and checking blobs
     unpack      one layer into its own directory: tar safety, OCI -> overlayfs whiteouts
     skopeo      the Fetcher over skopeo (distribution API, oci and docker-archive transports)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from nodeagent.agent.images.records import ImageRecord
+from nodeagent.agent.images.reference import ImageRef, parse_reference
+from nodeagent.core.errors import FieldError
 from nodeagent.core.timefmt import rfc3339
 
 MAX_IMAGES = 50
@@ -28,6 +30,24 @@ def node_images(records: Sequence[ImageRecord], max_images: int = MAX_IMAGES) ->
         if max_images >= 0 and len(out) >= max_images:
             break
     return out
+
+
+def image_id(record: ImageRecord, image: str) -> str:
+    """A container's `imageID` as the kubelet reports it from containerd: the repo digest
+    (`registry/repository@sha256:...`) of the repository the spec's `image` names (its own digest
+    when it names one), else the image's first repo digest, else (an imported image that never
+    came from a registry) its id, `sha256:<config digest>`."""
+    try:
+        ref: ImageRef | None = parse_reference(image)
+    except FieldError:
+        ref = None
+    if ref is not None:
+        if ref.digest and ref.with_digest(ref.digest) in record.repo_digests:
+            return ref.with_digest(ref.digest)
+        for digest in record.repo_digests:
+            if digest.partition("@")[0] == ref.name:
+                return digest
+    return record.repo_digests[0] if record.repo_digests else record.id
 
 
 def image_object(record: ImageRecord, holders: Sequence[str] = ()) -> dict[str, Any]:
@@ -51,4 +71,4 @@ def image_object(record: ImageRecord, holders: Sequence[str] = ()) -> dict[str, 
     }
 
 
-__all__ = ["MAX_IMAGES", "MAX_NAMES", "image_object", "node_images"]
+__all__ = ["MAX_IMAGES", "MAX_NAMES", "image_id", "image_object", "node_images"]

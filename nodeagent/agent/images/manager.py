@@ -32,7 +32,7 @@ from nodeagent.agent.config.thresholds import Threshold
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images import errors as E
 from nodeagent.agent.images.backoff import PullBackoff, backoff_key
-from nodeagent.agent.images.credentials import Access, Credential, access_for
+from nodeagent.agent.images.credentials import Access, Credential, accesses_for
 from nodeagent.agent.images.gc import GC_PERIOD_S, GCPlan, GCPolicy, ImageUsage, plan_gc, plan_reclaim
 from nodeagent.agent.images.listing import node_images
 from nodeagent.agent.images.policy import Decision, decide, resolve_pull_policy
@@ -119,7 +119,7 @@ class ImageManager:
         self.backoff = PullBackoff(clock)
         self._last_error: dict[str, E.ImageError] = {}
         self._lock = asyncio.Lock()
-        self._inflight: dict[str, asyncio.Task[ImageRecord]] = {}
+        self._inflight: dict[tuple[str, tuple[Credential | None, ...]], asyncio.Task[ImageRecord]] = {}
         self._progress: dict[str, Progress] = {}
         self._sweep_pending = False
 
@@ -340,31 +340,46 @@ class ImageManager:
         return [p.to_dict(now) for p in self._progress.values()]
 
     # ---- pulling ----
-    def _access(self, ref: ImageRef, secrets: Sequence[Mapping[str, Credential]]) -> Access:
+    def _accesses(self, ref: ImageRef, secrets: Sequence[Mapping[str, Credential]]) -> list[Access]:
         try:
-            return access_for(ref, self.registries, secrets)
+            return accesses_for(ref, self.registries, secrets)
         except OSError as e:
             raise E.Unauthorized(f"cannot read the password file for {ref.registry}: {e.strerror}") from None
 
     async def _pull_shared(self, ref: ImageRef,
                            secrets: Sequence[Mapping[str, Credential]]) -> tuple[ImageRecord, float]:
-        """One download per reference at a time: a second caller awaits the first."""
-        key = str(ref)
+        """One download per reference and credentials at a time: a second caller with the same
+        credentials awaits the first (one whose pull secrets differ pulls with its own)."""
+        accesses = self._accesses(ref, secrets)
+        key = (str(ref), tuple(a.credential for a in accesses))
         started = self.clock.now()
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.ensure_future(self._pull(ref, self._access(ref, secrets)))
+            task = asyncio.ensure_future(self._pull(ref, accesses))
             self._inflight[key] = task
             task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         record = await asyncio.shield(task)
         return record, self.clock.now() - started
 
-    async def _pull(self, ref: ImageRef, access: Access) -> ImageRecord:
+    async def _inspect_first(self, ref: ImageRef, accesses: Sequence[Access]) -> tuple[bytes, Access]:
+        """The reference's manifest with the first credential the registry accepts (the kubelet
+        tries each matching credential in turn); the last refusal when none is accepted."""
+        for i, access in enumerate(accesses):
+            try:
+                return await self.fetcher.inspect_raw(f"docker://{ref}", access, self.inspect_timeout), access
+            except E.Unauthorized:
+                if i == len(accesses) - 1:
+                    raise
+                log.info("image_pull_credential_refused", image=str(ref), registry=access.registry, tried=i + 1,
+                         remaining=len(accesses) - i - 1)
+        raise AssertionError("accesses_for never returns an empty list")
+
+    async def _pull(self, ref: ImageRef, accesses: Sequence[Access]) -> ImageRecord:
         progress = Progress(str(ref), self.clock.now())
         token = f"pull-{id(progress)}"
         self._progress[token] = progress
         try:
-            raw = await self.fetcher.inspect_raw(f"docker://{ref}", access, self.inspect_timeout)
+            raw, access = await self._inspect_first(ref, accesses)
             listed = f"sha256:{hashlib.sha256(raw).hexdigest()}"
             digests = [ref.with_digest(listed)]
             manifest_digest = listed

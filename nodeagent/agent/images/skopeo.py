@@ -63,10 +63,23 @@ _ERRORS: tuple[tuple[re.Pattern[str], type[PullFailed]], ...] = tuple(
     ))
 
 
+# The OCI distribution spec's error codes that come with one HTTP status (skopeo prints the code
+# lowercased, `unauthorized: authentication required`, not the status the registry answered)
+_STATUS_OF_CODE = (
+    (re.compile(r"\bunauthorized: |invalid username/password"), "401 Unauthorized"),
+    (re.compile(r"\bdenied: "), "403 Forbidden"),
+)
+
+
 def classify(message: str) -> PullFailed:
-    """The ImageError for a skopeo failure message."""
+    """The ImageError for a skopeo failure message; a refusal names the registry's HTTP status
+    (the spec's UNAUTHORIZED is a 401, DENIED a 403), as containerd's messages do."""
     for pattern, cls in _ERRORS:
         if pattern.search(message):
+            if cls is Unauthorized:
+                status = next((s for p, s in _STATUS_OF_CODE if p.search(message)), None)
+                if status is not None and status not in message:
+                    message = f"{message} (the registry answered {status})"
             return cls(message)
     return PullFailed(message)
 

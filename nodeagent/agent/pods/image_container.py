@@ -3,6 +3,7 @@ sees it: a `prepare` step awaited before every start, and a Spawner.
 
 Before the first start (`prepare`, on the loop; every blocking part on a thread):
   1. Waiting ContainerCreating, then the image ensured per imagePullPolicy (ImageManager.ensure,
+     with the credentials of the pod's imagePullSecrets read through `objects`,
      which records the Pulling/Pulled/Failed/BackOff events). An ImageError is the container's
      Waiting state (ErrImagePull, ImagePullBackOff, InvalidImageName, ErrImageNeverPull) and the
      step tries again as the kubelet's pod worker does: soon after a fresh ErrImagePull (the
@@ -43,7 +44,9 @@ import structlog
 from nodeagent.agent.cgroups.driver import CgroupDriver
 from nodeagent.agent.images import errors as image_errors
 from nodeagent.agent.images.backoff import backoff_delay, backoff_key
+from nodeagent.agent.images.credentials import Credential, pull_secret_keyring
 from nodeagent.agent.images.errors import ImageError
+from nodeagent.agent.images.listing import image_id
 from nodeagent.agent.images.manager import ImageManager, PodRef
 from nodeagent.agent.images.records import ImageRecord
 from nodeagent.agent.images.store import atomic_write
@@ -134,6 +137,11 @@ class ImageContainer:
         return self.c.spec.image or ""
 
     @property
+    def image_id(self) -> str:
+        """The container's imageID (listing.image_id) once its image is ensured, else ""."""
+        return image_id(self.record, self.image) if self.record is not None else ""
+
+    @property
     def cgroup(self) -> str:
         """The runtime's child of the container cgroup, which holds the container's processes."""
         return f"{self.c.cgroup_path}/{OCI_CGROUP}"
@@ -174,8 +182,35 @@ class ImageContainer:
     async def _ensure(self) -> ImageRecord:
         meta = self.plan.pod.metadata
         record = await self.images.ensure(self.image, self.c.spec.image_pull_policy,
-                                          PodRef(meta.namespace, meta.name, meta.uid), field_path="image")
+                                          PodRef(meta.namespace, meta.name, meta.uid), field_path="image",
+                                          pull_secrets=await self._pull_secrets())
         return await self.images.lease(self.holder, record.id)
+
+    async def _pull_secrets(self) -> list[dict[str, Credential]]:
+        """The keyrings of the pod's imagePullSecrets, read through the cluster client (the
+        kubelet's getPullSecretsForPod): an empty name is skipped; one that cannot be read, or
+        whose data does not parse, is left out with a FailedToRetrieveImagePullSecret event, and the
+        pull goes on with the others (it may then fail with the registry's 401)."""
+        names = [r.name for r in self.plan.pod.spec.image_pull_secrets if r.name]
+        if not names:
+            return []
+        keyrings: list[dict[str, Credential]] = []
+        failed: list[str] = []
+        namespace = self.plan.pod.metadata.namespace
+        for name in names:
+            try:
+                secret = await self._objects("secrets", namespace, name) if self._objects is not None else None
+                if secret is None:
+                    raise LookupError(f'secret "{name}" not found')
+                keyrings.append(pull_secret_keyring(secret))
+            except (OSError, LookupError, ValueError) as e:
+                self._log.info("image_pull_secret_unavailable", secret=name, error=str(e))
+                failed.append(name)
+        if failed and self._on_event is not None:
+            self._on_event("FailedToRetrieveImagePullSecret",
+                           f"Unable to retrieve some image pull secrets ({', '.join(failed)}); attempting to pull "
+                           f"the image may not succeed.")
+        return keyrings
 
     def _pull_retry(self, e: ImageError) -> float:
         if e.reason == image_errors.ERR_IMAGE_PULL:

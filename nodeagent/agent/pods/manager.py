@@ -424,10 +424,7 @@ class PodManager:
         plan = worker.plan.any_container(container)
         if plan is None:
             return None
-        if plan.from_image:
-            raise ExecUnavailable(f'container "{container}" in pod "{name}" runs from an image: exec into image '
-                                  "containers is not supported yet")
-        target = worker.exec_target(container)
+        target = worker.exec_target(container, interactive=True)
         if target is None:
             raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
         return target

@@ -504,15 +504,23 @@ class PodWorker:
         return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
 
     # ---- probes and hooks ----
-    def exec_target(self, name: str) -> ExecTarget | None:
-        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not running)."""
+    def exec_target(self, name: str, *, interactive: bool = False) -> ExecTarget | None:
+        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not
+        running). `interactive` (kubectl exec): an image container's target too, reached through
+        its OCI runtime (probes and hooks in image containers are refused at admission)."""
         w = self.workers.get(name)
         if w is None or not isinstance(w.status.state, Running):
             return None
+        c = self.plan.any_container(name)
+        if c is not None and c.from_image:
+            image = self.image_containers.get(name)
+            if not interactive or image is None or self.env.oci is None:
+                return None
+            return ExecTarget(cgroup=DriverCgroup(self.env.driver, sandbox_cgroup(self.plan.cgroup_path)),
+                              oci=self.env.oci.exec_handle(image.cid, image.dirs, c.cgroup_path))
         target = self._exec_targets.get(name)
         if target is None:
-            c = self.plan.any_container(name)
-            if c is None or c.from_image:  # exec inside an image container is not supported yet (refused at admission)
+            if c is None:
                 return None
             launch = c.config.launch
             uid, gid = launch.identity()
@@ -761,9 +769,13 @@ class PodWorker:
                 st = ContainerStatus(c.name, Waiting(waiting), image=c.config.image)
             return st.to_status_dict(ready=False, started=False)
         probes = self.probes
-        return self._shown(c.name, w.status).to_status_dict(
+        out = self._shown(c.name, w.status).to_status_dict(
             ready=probes.ready(c.name) if probes is not None else None,
             started=probes.started(c.name) if probes is not None else None)
+        image = self.image_containers.get(c.name)
+        if image is not None and image.image_id:
+            out["imageID"] = image.image_id  # the repo digest the container runs, as the kubelet reports it
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         out = self.pod.to_dict()

@@ -27,6 +27,7 @@ import structlog
 
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, unknown
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
+from nodeagent.agent.runtime.oci.runtime import OciExec
 from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn
 from nodeagent.agent.runtime.state import decode_wait_status
 from nodeagent.core.names import quote
@@ -38,7 +39,9 @@ Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
 
 @dataclass(frozen=True)
 class ExecTarget:
-    """The container an exec runs in."""
+    """The container an exec runs in. `oci` set: an image container, reached only through its
+    runtime's `exec` (`kubectl exec`); the command is not spawned in `cgroup` (the pod's sandbox,
+    where the runtime's own process is charged) with the other fields, which are left empty."""
 
     cgroup: CgroupHandle | None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -46,6 +49,7 @@ class ExecTarget:
     run_as_user: int | None = None
     run_as_group: int | None = None
     oom_score_adj: int | None = None
+    oci: OciExec | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import os
 import signal
 import struct
 import termios
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -54,6 +54,7 @@ class ExecSession:
         self.drain_s = drain_s
         self.exit_code: asyncio.Future[int] = self.loop.create_future()
         self._ended = False
+        self.on_kill: Callable[[], None] | None = None  # what else kill() ends (a runtime's exec'd process)
         for fd in self.outputs:
             self.loop.add_reader(fd, self._read, fd)
         self.loop.add_reader(pidfd, self._reap)
@@ -205,6 +206,8 @@ class ExecSession:
         self.loop.call_later(self.drain_s, self._drain_and_end)
 
     def kill(self) -> None:
+        if self.on_kill is not None:
+            self.on_kill()
         if self.pidfd < 0:
             return
         with contextlib.suppress(ProcessLookupError):

@@ -152,6 +152,13 @@ class Toleration(KubeModel):
     toleration_seconds: Annotated[int, Field(strict=True)] | None = None
 
 
+class LocalObjectReference(KubeModel):
+    """An imagePullSecrets entry: a Secret in the pod's namespace (an empty name, which the API
+    admits, is skipped by the kubelet and here)."""
+
+    name: str = ""
+
+
 class PodSpec(KubeModel):
     containers: Annotated[list[Container], AfterValidator(_at_least_one_container)]
     init_containers: list[Container] = []
@@ -165,6 +172,7 @@ class PodSpec(KubeModel):
     node_name: Subdomain | None = None
     service_account_name: Subdomain | None = None
     volumes: list[dict[str, Any]] = []  # plain dicts, checked in validation.py (model/volume.py)
+    image_pull_secrets: list[LocalObjectReference] = []
 
     @model_validator(mode="before")
     @classmethod

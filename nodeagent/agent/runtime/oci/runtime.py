@@ -28,7 +28,9 @@ import asyncio
 import json
 import os
 import posixpath
+import secrets
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -104,6 +106,50 @@ class BundleDirs:
         return os.path.join(self.root, "config.json")
 
 
+@dataclass(frozen=True)
+class OciExec:
+    """How an interactive command (`kubectl exec`) reaches a running image container: through the
+    runtime's `exec`, which starts it in the container's namespaces and cgroup with the process
+    spec of its config.json (env, working directory, user, oomScoreAdj) and relays its stdio, or
+    a terminal of its own with `--tty`. Its `--pid-file` (under the container's bundle directory)
+    names the exec'd process, so a client that goes away gets it killed, not only the runtime."""
+
+    binary: str
+    root: str
+    cid: str
+    bundle_dir: str
+    cgroup: str  # the container's cgroup path: a pid read back must still be in it to be killed
+
+    def pid_file(self) -> str:
+        return os.path.join(self.bundle_dir, f"exec-{secrets.token_hex(6)}.pid")
+
+    def argv(self, command: Sequence[str], *, tty: bool, pid_file: str) -> list[str]:
+        if not command:
+            raise ValueError("command: Required value")
+        return [self.binary, "--root", self.root, "exec", *(["--tty"] if tty else []), "--pid-file", pid_file,
+                self.cid, *command]
+
+    def kill(self, pid_file: str) -> None:
+        """SIGKILL the exec'd process the pid file names, if it is still one of this container's."""
+        try:
+            with open(pid_file, encoding="ascii") as f:
+                pid = int(f.read().strip() or "0")
+            if pid <= 0:
+                return
+            fd = os.pidfd_open(pid)
+        except (OSError, ValueError):
+            return
+        try:
+            with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+                if self.cgroup not in f.read():
+                    return
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 class OciRuntime:
     def __init__(self, name: str, binary: str, root: str) -> None:
         self.name = name
@@ -121,6 +167,9 @@ class OciRuntime:
 
     def exec_argv(self, cid: str, argv: Sequence[str]) -> list[str]:
         return self._argv("exec", cid, *argv)
+
+    def exec_handle(self, cid: str, dirs: BundleDirs, cgroup: str) -> OciExec:
+        return OciExec(self.binary, self.root, cid, dirs.root, cgroup)
 
     def has_state(self, cid: str) -> bool:
         return os.path.isdir(os.path.join(self.root, cid))
