@@ -14,6 +14,7 @@
 # are passed through, and PYTEST_ADDOPTS gets `-p no:cacheprovider` (the guest's / is read-only).
 #
 #   integration/run-in-uml.sh .venv/bin/pytest integration -q
+#   integration/run-in-uml.sh --print-kernel      # only choose (and fetch) the kernel, print its path
 set -eu
 [ "$#" -ge 1 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -68,6 +69,7 @@ else
   exec 9>&-
 fi
 [ -x "$UML" ] || { echo "run-in-uml: no $UML (download failed?)" >&2; exit 99; }
+[ "$1" = "--print-kernel" ] && { echo "$UML"; exit 0; }   # for systemd_uml/boot.sh: the same kernel
 # overlayfs is a module in testing's kernel (built in 6.1's). The host has no kmod, so the guest
 # loads it from the unpacked package with finit_module(2) (python3, ctypes).
 MODS=""

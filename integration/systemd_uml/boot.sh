@@ -1,7 +1,7 @@
 #!/bin/sh
 # Usage: integration/systemd_uml/boot.sh D
 #
-# Boots a User-Mode-Linux 6.1 guest with Debian 12's systemd 252 as PID 1 and runs driver.py
+# Boots a User-Mode-Linux guest with Debian 12's systemd 252 as PID 1 and runs driver.py
 # against the project's real systemd/nodeagent.service (see integration/test_systemd_uml.py).
 # Exit status: the driver's (0: it ran to the end; the verdict is on the host, from D/results.json),
 # 99 if the guest never reported one.
@@ -16,8 +16,8 @@
 # NODEAGENT: the agent's executable (default <checkout>/.venv/bin/nodeagent); the test passes the
 # one next to the Python that runs pytest. NODEAGENT_SDU_EXTRA_DROPIN: text of one more drop-in
 # (90-extra.conf), e.g. "[Service]\nType=simple" to watch the test fail.
-# The kernel is the user-mode-linux .deb unpacked in $W (default <checkout>/.uml-work, shared
-# with integration/run-in-uml.sh), downloaded once with `apt-get download`, never installed.
+# The kernel is the one integration/run-in-uml.sh chooses and unpacks in $W (default
+# <checkout>/.uml-work, shared with it): Debian 12's 6.1, or testing's where 6.1 cannot boot.
 # Adapted from the verified recipe in shared/reference/real-kernel-testing/systemd-in-uml.
 set -eu
 [ "$#" -eq 1 ] || { echo "usage: $0 D" >&2; exit 2; }
@@ -31,14 +31,9 @@ NODEAGENT=${NODEAGENT:-$CHECKOUT/.venv/bin/nodeagent}
 mkdir -p "$W"
 W=$(cd "$W" && pwd)
 [ -f "$W/.gitignore" ] || printf '*\n' > "$W/.gitignore"
-UML="$W/root/usr/bin/linux.uml"
-if [ ! -x "$UML" ]; then      # ~41 MB .deb, unpacked only, nothing installed (as run-in-uml.sh)
-  (cd "$W" && rm -f user-mode-linux_*.deb \
-     && { apt-get download user-mode-linux 2>/dev/null \
-          || { apt-get update -qq && apt-get download user-mode-linux; }; } \
-     && dpkg -x user-mode-linux_*.deb root) >&2
-fi
-[ -x "$UML" ] || { echo "boot.sh: no $UML (download failed?)" >&2; exit 99; }
+# the kernel run-in-uml.sh chose for this host (6.1, or testing's where 6.1 cannot boot)
+UML=$(W="$W" "$CHECKOUT/integration/run-in-uml.sh" --print-kernel) \
+  || { echo "boot.sh: no UML kernel (see integration/run-in-uml.sh)" >&2; exit 99; }
 
 # Units for /run/systemd/system: the real unit file byte for byte, our drop-in, target and driver.
 U="$D/units"
