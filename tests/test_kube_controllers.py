@@ -341,3 +341,48 @@ def test_controller_pods_go_through_admission_so_a_quota_holds(server: Server) -
     eventually(lambda: not any(c["type"] == "ReplicaFailure" for c in (
         get_json(server, "-n", ns, "get", "rs", rs["metadata"]["name"]).get("status") or {}).get("conditions", [])),
         what="ReplicaFailure cleared")
+
+
+def test_rollout_pause_resume_and_restart(server: Server) -> None:
+    """`kubectl rollout pause` holds template changes (no new ReplicaSet, condition DeploymentPaused),
+    `resume` rolls them out, `restart` rolls the pods again through the restartedAt annotation."""
+    ns = "ctl-pause"
+    create_deployment(server, ns, "web", 2)
+    eventually(lambda: len(items(server, ns, "pods", "app=web")) == 2, what="2 pods")
+    make_all_ready(server, ns, "app=web")
+    server.kubectl("-n", ns, "rollout", "status", "deploy/web", "--timeout=20s")
+
+    assert server.kubectl("-n", ns, "rollout", "pause", "deploy/web").stdout.strip() == "deployment.apps/web paused"
+    server.kubectl("-n", ns, "set", "env", "deploy/web", "STAGE=2")
+    paused = eventually(lambda: (d := get_json(server, "-n", ns, "get", "deploy", "web"))["status"].get(
+        "observedGeneration") == d["metadata"]["generation"] and d, what="the paused deployment observed")
+    conds = {c["type"]: (c["status"], c["reason"]) for c in paused["status"]["conditions"]}
+    assert conds["Progressing"] == ("Unknown", "DeploymentPaused"), conds
+    time.sleep(1.0)  # a paused deployment makes no new ReplicaSet, however long we wait
+    assert len(items(server, ns, "rs", "app=web")) == 1
+
+    assert server.kubectl("-n", ns, "rollout", "resume", "deploy/web").stdout.strip() == \
+        "deployment.apps/web resumed"
+    eventually(lambda: len(items(server, ns, "rs", "app=web")) == 2, what="the new ReplicaSet after resume")
+
+    def rolled_out() -> bool:
+        make_all_ready(server, ns, "app=web")
+        d = get_json(server, "-n", ns, "get", "deploy", "web")
+        st = d.get("status") or {}
+        return (st.get("observedGeneration") == d["metadata"]["generation"] and st.get("updatedReplicas") == 2
+                and st.get("availableReplicas") == 2 and st.get("replicas") == 2)
+
+    eventually(rolled_out, what="the resumed rollout done")
+    envs = {p["metadata"]["name"]: p["spec"]["containers"][0].get("env") for p in items(server, ns, "pods", "app=web")
+            if not p["metadata"].get("deletionTimestamp")}
+    assert all(e == [{"name": "STAGE", "value": "2"}] for e in envs.values()), envs
+
+    assert server.kubectl("-n", ns, "rollout", "restart", "deploy/web").stdout.strip() == \
+        "deployment.apps/web restarted"
+    d = get_json(server, "-n", ns, "get", "deploy", "web")
+    assert "kubectl.kubernetes.io/restartedAt" in d["spec"]["template"]["metadata"]["annotations"]
+    eventually(lambda: len(items(server, ns, "rs", "app=web")) == 3, what="a third ReplicaSet for the restart")
+    eventually(rolled_out, what="the restart rolled out")
+    history = server.kubectl("-n", ns, "rollout", "history", "deploy/web").stdout
+    assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["1", "2", "3"], history
+    server.kubectl("-n", ns, "delete", "deploy", "web")
