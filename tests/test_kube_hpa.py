@@ -13,16 +13,17 @@ second here (upstream's 15 s would only make the test slower).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from kube.loopback_app import LoopbackApp
 from test_kube_clients import KUBECTL, Server
 
 from nodeagent.agent.stats.prometheus import CONTENT_TYPE, resource_metrics
@@ -74,34 +75,18 @@ class Load:
             return Snapshot(time=t, monotonic=t - T0, node=node, pods=tuple(pods))
 
 
-class FakeAgent:
+class FakeAgent(LoopbackApp):
     """GET /metrics/resource over plain HTTP on loopback, in a thread of its own."""
 
     def __init__(self, load: Load, port: int) -> None:
-        self.load, self.port = load, port
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        assert self.ready.wait(10)
+        self.load = load
+        super().__init__(port)
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics/resource", self._metrics)
 
     async def _metrics(self, _: web.Request) -> web.Response:
         return web.Response(text=resource_metrics(self.load.snapshot()), headers={"Content-Type": CONTENT_TYPE})
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_get("/metrics/resource", self._metrics)
-        runner = web.AppRunner(app)
-        self.loop.run_until_complete(runner.setup())
-        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
-        self.loop.run_until_complete(runner.cleanup())
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 def free_port() -> int:
@@ -112,13 +97,12 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Load]]:
-    tmp = tmp_path_factory.mktemp("kube-hpa")
+def metrics_cluster(tmp: Path, extra: str) -> Iterator[tuple[Server, Load]]:
+    """A real server scraping one fake agent (node n1) every second, with `extra` config lines."""
     load = Load()
     agent = FakeAgent(load, free_port())
     try:
-        server = Server(tmp, extra="metricResolution: 1s\nhorizontalPodAutoscaler: {syncPeriod: 1s}\n")
+        server = Server(tmp, extra="metricResolution: 1s\n" + extra)
     except BaseException:
         agent.stop()
         raise
@@ -137,6 +121,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, 
             agent.stop()
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Load]]:
+    yield from metrics_cluster(tmp_path_factory.mktemp("kube-hpa"), "horizontalPodAutoscaler: {syncPeriod: 1s}\n")
 
 
 def core(server: Server) -> Any:

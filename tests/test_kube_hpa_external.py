@@ -11,11 +11,9 @@ pods/status, as test_kube_hpa.py does. Syncs and scrapes every second.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -25,6 +23,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from kube.loopback_app import LoopbackApp
 from test_kube_clients import KUBECTL, Server
 from test_kube_hpa import FakeAgent, Load, core, eventually, free_port, get_json, tend_pods
 
@@ -37,36 +36,20 @@ NS = "default"
 RULE = "sum(queue_messages{<<.LabelMatchers>>})"
 
 
-class Exporter:
+class Exporter(LoopbackApp):
     """GET /metrics: `queue_messages{queue=<q>} <n>` for each queue, in a thread of its own."""
 
     def __init__(self, port: int) -> None:
-        self.port, self.queues = port, {"orders": 0.0, "mail": 4.0}
-        self.loop = asyncio.new_event_loop()
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        assert self.ready.wait(10)
+        self.queues = {"orders": 0.0, "mail": 4.0}
+        super().__init__(port)
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/metrics", self._metrics)
 
     async def _metrics(self, _: web.Request) -> web.Response:
         lines = ["# TYPE queue_messages gauge"]
         lines += [f'queue_messages{{queue="{q}"}} {n}' for q, n in sorted(self.queues.items())]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app)
-        self.loop.run_until_complete(runner.setup())
-        self.loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self.ready.set()
-        self.loop.run_forever()
-        self.loop.run_until_complete(runner.cleanup())
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
 
 
 class Prometheus:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from test_kube_clients import KUBECTL, Server
-from test_kube_hpa import DEPLOYMENT, NS, FakeAgent, Load, core, eventually, free_port, get_json, tend_pods
+from test_kube_hpa import DEPLOYMENT, NS, Load, core, eventually, get_json, metrics_cluster, tend_pods
 
 from nodeagent.core.quantity import parse_quantity
 
@@ -28,30 +28,9 @@ VPA = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Load]]:
-    tmp = tmp_path_factory.mktemp("kube-vpa")
-    load = Load()
-    agent = FakeAgent(load, free_port())
-    try:
-        server = Server(tmp, extra="metricResolution: 1s\nverticalPodAutoscaler: {recommenderInterval: 1s, "
-                                   "checkpointInterval: 1s, updaterInterval: 1s}\n")
-    except BaseException:
-        agent.stop()
-        raise
-    try:
-        node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": "n1", "annotations": {"nodeagent.io/api-url": f"http://127.0.0.1:{agent.port}"}},
-                "status": {"capacity": {"cpu": "8", "memory": "8Gi", "pods": "110"},
-                           "allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"},
-                           "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
-        server.kubectl("apply", "-f", "-", input=json.dumps(node))
-        server.kubectl("patch", "node", "n1", "--subresource=status", "--type=merge", "-p",
-                       json.dumps({"status": node["status"]}))
-        yield server, load
-    finally:
-        try:
-            agent.stop()
-        finally:
-            server.stop()
+    yield from metrics_cluster(tmp_path_factory.mktemp("kube-vpa"),
+                               "verticalPodAutoscaler: {recommenderInterval: 1s, checkpointInterval: 1s, "
+                               "updaterInterval: 1s}\n")
 
 
 def cores(text: str) -> float:
