@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the secure server helper is shared with the unit suite
 from kube.podwatch import PodWatch, is_ready  # noqa: E402
 from kube.secure_server import KUBECTL, SecureServer  # noqa: E402
+from kube.terminal import talk_on_terminal  # noqa: E402
 
-__all__ = ["KUBECTL", "MARKS", "ROOT", "PodWatch", "SecureServer", "is_ready"]
+__all__ = ["KUBECTL", "MARKS", "ROOT", "PodWatch", "SecureServer", "is_ready", "talk_on_terminal"]
 
 MARKS = [
     pytest.mark.skipif(KERNEL_VERSION is None, reason=f"no usable cgroup hierarchy: {NO_VERSION_REASON}"),

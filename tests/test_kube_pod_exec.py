@@ -9,16 +9,12 @@ from a pipe and `-it` under a pseudo-terminal, and the official Python client's 
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 from kube.secure_server import KUBECTL, SecureServer
+from kube.terminal import talk_on_terminal
 from test_agent_controlplane_pods import Agent, apply, pid_alive, pod_manifest, until
 from test_kube_pod_logs import cluster, ready  # noqa: F401 - the module's fixture
 
@@ -67,40 +63,12 @@ def test_exec_stdin_from_a_pipe(box: tuple[SecureServer, Agent]) -> None:
 def test_exec_with_a_terminal(box: tuple[SecureServer, Agent]) -> None:
     """`kubectl exec -it`: the command gets a terminal (its size from kubectl's), answers typed input."""
     server, _ = box
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: kubectl with the pty as its terminal
-        os.environ.update({"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"})
-        os.execv(str(KUBECTL), [str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir",
-                                str(server.tmp / "cache"), "exec", "-it", "box", "-c", "main", "--", "/bin/sh", "-c",
-                                "[ -t 0 ] && echo tty-yes; read answer; echo got-$answer; exit 4"])
-    out = b""
-    try:
-        deadline = time.monotonic() + 20
-        sent = False
-        while time.monotonic() < deadline:
-            ready_fds, _, _ = select.select([fd], [], [], 0.2)
-            if ready_fds:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:  # EIO: kubectl has exited
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if b"tty-yes" in out and not sent:
-                os.write(fd, b"blue\r")
-                sent = True
-    finally:
-        grace = time.monotonic() + 5
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < grace:
-            time.sleep(0.05)
-        status = done[1]
-        if done[0] == 0:  # still there after the deadline: the assertions below say what was missing
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    argv = [str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir", str(server.tmp / "cache"), "exec", "-it",
+            "box", "-c", "main", "--", "/bin/sh", "-c", "[ -t 0 ] && echo tty-yes; read answer; echo got-$answer; exit 4"]
+    out, code = talk_on_terminal(argv, {"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+                                 prompt=b"tty-yes", reply=b"blue\r", timeout=20)
     assert b"tty-yes" in out and b"got-blue" in out, out
-    assert os.waitstatus_to_exitcode(status) == 4, out
+    assert code == 4, out
 
 
 def test_exec_errors_are_kubes(box: tuple[SecureServer, Agent]) -> None:

@@ -6,13 +6,8 @@ code, and a client that goes away takes the exec'd process with it."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import secrets
-import select
-import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -109,40 +104,13 @@ def exec_runs_inside_the_container(server: Any) -> None:
 
 def exec_with_a_terminal(server: Any) -> None:
     """`kubectl exec -it`: runc gives the command a terminal of the container's (`runc exec --tty`)."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: kubectl with the pty as its terminal
-        os.environ.update({"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"})
-        argv = kubectl_argv(server, "exec", "-it", "box", "--", "/bin/sh", "-c",
-                            "[ -t 0 ] && echo tty-yes; read answer; echo got-$answer; exit 4")
-        os.execv(argv[0], argv)
-    out = b""
-    try:
-        deadline = time.monotonic() + 30
-        sent = False
-        while time.monotonic() < deadline:
-            ready_fds, _, _ = select.select([fd], [], [], 0.2)
-            if ready_fds:
-                try:
-                    chunk = os.read(fd, 4096)
-                except OSError:  # EIO: kubectl has exited
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            if b"tty-yes" in out and not sent:
-                os.write(fd, b"blue\r")
-                sent = True
-    finally:
-        grace = time.monotonic() + 5
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < grace:
-            time.sleep(0.05)
-        status = done[1]
-        if done[0] == 0:
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-        os.close(fd)
+    from secure_cluster import talk_on_terminal
+    argv = kubectl_argv(server, "exec", "-it", "box", "--", "/bin/sh", "-c",
+                        "[ -t 0 ] && echo tty-yes; read answer; echo got-$answer; exit 4")
+    out, code = talk_on_terminal(argv, {"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+                                 prompt=b"tty-yes", reply=b"blue\r", timeout=30)
     assert b"tty-yes" in out and b"got-blue" in out, out
-    assert os.waitstatus_to_exitcode(status) == 4, out
+    assert code == 4, out
 
 
 def a_client_that_goes_takes_its_exec_with_it(server: Any, agent: AgentProcess, uid: str) -> None:
