@@ -20,7 +20,7 @@ WRITE_1MI = "/bin/busybox dd if=/dev/zero of=/big bs=1024 count=1024 2>/dev/null
 
 def limited(name: str, script: str, limit: str) -> dict[str, Any]:
     c = container(name, script, [])
-    c["resources"]["limits"]["ephemeral-storage"] = limit
+    c["resources"]["limits"].update({"ephemeral-storage": limit, "cpu": "50m"})  # 4 of them fit the UML guest
     return c
 
 
