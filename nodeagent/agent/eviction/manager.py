@@ -8,7 +8,8 @@ Differences from the kubelet, on purpose:
 - under disk pressure it deletes unused images only until the shortfall is covered (the kubelet
   deletes every unused image), after the dead pods' data, and re-observes after each step.
 As the kubelet, every pass first evicts (grace 0) the pods over a local-storage limit (an
-emptyDir over its sizeLimit: local_storage.py), when given a `local_storage` hook, and then
+emptyDir over its sizeLimit, the pod or a container over its ephemeral-storage limit:
+local_storage.py), when given a `local_storage` hook, and then
 returns: the threshold decisions wait for the next pass.
 
 Progress, for the watchdog (daemonkit/progress.py): the loop completes a pass at least every
@@ -41,6 +42,7 @@ from nodeagent.agent.eviction.evaluate import (
     step,
     thresholds_met,
 )
+from nodeagent.agent.eviction.local_storage import Violation
 from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsage
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
@@ -51,11 +53,11 @@ log = structlog.get_logger(__name__)
 
 DISK_RESOURCES = ("ephemeral-storage", "inodes")
 PASS_SLACK_S = 60.0  # a pass's own work beyond its victims' grace period (see the module docstring)
-# PassResult.signal and the evictions counter's label of a local-storage eviction (the kubelet's
-# signalEmptyDirFsLimit, its metrics label for an emptyDir over its sizeLimit)
-LOCAL_STORAGE = "emptydirfs.limit"
-# the pods over a local-storage limit, each with the kubelet's message (PodEvictionAccess)
-LocalStorageCheck = Callable[[], Awaitable[Sequence[tuple[Pod, str]]]]
+# PassResult.signal of a local-storage eviction (the evictions counter is labelled per check, as
+# the kubelet's: emptydirfs.limit, ephemeralpodfs.limit, ephemeralcontainerfs.limit)
+LOCAL_STORAGE = "local-storage"
+# the pods over a local-storage limit, each with the kubelet's signal and message (PodEvictionAccess)
+LocalStorageCheck = Callable[[], Awaitable[Sequence[tuple[Pod, Violation]]]]
 
 
 def pass_bound(interval: float, max_pod_grace_period: int) -> float:
@@ -230,16 +232,16 @@ class EvictionManager:
         """The kubelet's localStorageEviction: every pod over a local-storage limit evicted at
         once (grace 0, in parallel); True when any was."""
         assert self.local_storage is not None
-        over = [(p, m) for p, m in await self.local_storage() if p.metadata.uid not in self._evicted]
+        over = [(p, v) for p, v in await self.local_storage() if p.metadata.uid not in self._evicted]
         if not over:
             return False
-        for pod, message in over:
+        for pod, v in over:
             self._evicted.add(pod.metadata.uid)
-            self.events.record(EVICTION_REASON, message, namespace=pod.metadata.namespace, name=pod.metadata.name,
-                               uid=pod.metadata.uid, signal=LOCAL_STORAGE, grace_period=0)
-            self.evictions_total[LOCAL_STORAGE] = self.evictions_total.get(LOCAL_STORAGE, 0) + 1
-            log.info("eviction_local_storage", pod=pod.key, message=message)
-        await asyncio.gather(*(self.pods.evict(pod, 0, message) for pod, message in over))
+            self.events.record(EVICTION_REASON, v.message, namespace=pod.metadata.namespace, name=pod.metadata.name,
+                               uid=pod.metadata.uid, signal=v.signal, grace_period=0)
+            self.evictions_total[v.signal] = self.evictions_total.get(v.signal, 0) + 1
+            log.info("eviction_local_storage", pod=pod.key, signal=v.signal, message=v.message)
+        await asyncio.gather(*(self.pods.evict(pod, 0, v.message) for pod, v in over))
         result.signal = LOCAL_STORAGE
         result.evicted = tuple(p.key for p, _ in over)
         self.wake.set()  # the threshold decisions: at once, in the next pass

@@ -9,14 +9,22 @@ from collections.abc import Sequence
 import structlog
 
 from nodeagent.agent.eviction.evaluate import EVICTION_REASON
-from nodeagent.agent.eviction.local_storage import EmptyDirUsage, empty_dir_violation
+from nodeagent.agent.eviction.local_storage import (
+    EPHEMERAL_STORAGE,
+    ContainerStorageUsage,
+    EmptyDirUsage,
+    PodStorageUsage,
+    Violation,
+    local_storage_violation,
+)
 from nodeagent.agent.eviction.observations import PodUsage
 from nodeagent.agent.eviction.signals import pods_usage
 from nodeagent.agent.node.disk_usage import dir_usage
 from nodeagent.agent.pods.manager import PodManager
-from nodeagent.agent.pods.plan import PodPlan
+from nodeagent.agent.pods.plan import ContainerPlan, PodPlan
 from nodeagent.agent.pods.volume_plan import plan_volumes
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.oci.runtime import BundleDirs
 from nodeagent.core.model import Pod
 
 log = structlog.get_logger(__name__)
@@ -29,20 +37,50 @@ def _size(path: str) -> int:
         return 0
 
 
-def local_storage_violations(plans: Sequence[PodPlan]) -> list[tuple[Pod, str]]:
-    """The pods whose disk-backed emptyDir exceeds its sizeLimit, with the kubelet's message
-    (blocking: walks those volumes only; run it off the loop)."""
+def _container_usage(plan: PodPlan, c: ContainerPlan) -> int:
+    """A container's writable layer (an image container's overlay upper dir, in the pod's
+    directory) and its logs (every run's, rotated copies included). A host-process container
+    writes on the host's own filesystem, which cannot be told apart: its logs only."""
+    used = dir_usage(c.config.log_dir)[0]
+    if c.from_image:
+        used += dir_usage(BundleDirs(os.path.join(plan.log_dir, "oci", c.name)).upper)[0]
+    return used
+
+
+def pod_storage_usage(plan: PodPlan) -> PodStorageUsage:
+    """What the three local-storage checks read (blocking: walks the pod's containers' layers and
+    logs and its disk-backed emptyDirs; run it off the loop). The pod's ephemeral usage is the sum
+    of those: memory-backed emptyDirs (tmpfs), configMap / secret / hostPath volumes and the
+    containers' read-only image layers are not counted."""
+    volumes = plan_volumes(plan.pod, plan.log_dir).volumes.values()
+    empty_dirs = [EmptyDirUsage(v.name, v.volume.size_limit, dir_usage(v.path)[0])
+                  for v in volumes if v.kind == "emptyDir" and not v.memory]
+    containers = [ContainerStorageUsage(c.name, None if c.init else c.spec.resources.limits.get(EPHEMERAL_STORAGE),
+                                        _container_usage(plan, c)) for c in plan.all_containers]
+    used = sum(v.used for v in empty_dirs) + sum(c.used for c in containers)
+    return PodStorageUsage(empty_dirs, containers, used)
+
+
+def _checked(plan: PodPlan) -> bool:
+    """Only pods with a limit to check are measured; critical pods are never evicted (evictPod)."""
+    if plan.critical:
+        return False
+    if EPHEMERAL_STORAGE in plan.resources.limits:  # pod-level; a container-level limit implies it
+        return True
+    return any(v.kind == "emptyDir" and not v.memory and v.volume.size_limit is not None
+               and not v.volume.size_limit.is_zero() for v in plan_volumes(plan.pod, plan.log_dir).volumes.values())
+
+
+def local_storage_violations(plans: Sequence[PodPlan]) -> list[tuple[Pod, Violation]]:
+    """The pods over a local-storage limit, each with the kubelet's signal and message (blocking:
+    measures only the pods with a limit; run it off the loop)."""
     out = []
     for plan in plans:
-        volumes = plan_volumes(plan.pod, plan.log_dir).volumes.values()
-        limited = [v for v in volumes if v.kind == "emptyDir" and not v.memory and v.volume.size_limit is not None
-                   and not v.volume.size_limit.is_zero()]
-        if not limited:
+        if not _checked(plan):
             continue
-        usage = [EmptyDirUsage(v.name, v.volume.size_limit, dir_usage(v.path)[0]) for v in limited]
-        message = empty_dir_violation(usage)
-        if message is not None:
-            out.append((plan.pod, message))
+        violation = local_storage_violation(plan.resources.limits, pod_storage_usage(plan))
+        if violation is not None:
+            out.append((plan.pod, violation))
     return out
 
 
@@ -69,9 +107,10 @@ class PodEvictionAccess:
         known = [plans[p.metadata.uid] for p in pods if p.metadata.uid in plans]
         return await asyncio.to_thread(pods_usage, self.manager.env.driver, known, resource)
 
-    async def local_storage(self) -> list[tuple[Pod, str]]:
-        """EvictionManager's local-storage check over the active pods with volumes."""
-        plans = [p for p in self.manager.active_plans() if p.pod.spec.volumes]
+    async def local_storage(self) -> list[tuple[Pod, Violation]]:
+        """EvictionManager's local-storage check over the active pods with a limit to check."""
+        plans = [p for p in self.manager.active_plans()
+                 if p.pod.spec.volumes or EPHEMERAL_STORAGE in p.resources.limits]  # the rest: on the thread
         if not plans:
             return []
         return await asyncio.to_thread(local_storage_violations, plans)
