@@ -328,7 +328,8 @@ async def test_graceful_stop_sends_sigterm_first(tmp_path: Path, cgroup: V1TestC
     w = make_worker(tmp_path, cgroup, ("/bin/sh", "-c", script), policy="Always")
     task = asyncio.create_task(w.run())
     await wait_for(lambda: "ready" in read(w.log_path))
-    assert isinstance(w.status.state, Running) and w.status.ready
+    # the command can print before the worker's task has recorded the start it just made
+    await wait_for(lambda: isinstance(w.status.state, Running) and w.status.ready)
     pid = w.pid
     t0 = time.monotonic()
     final = await w.stop(grace_period=10)

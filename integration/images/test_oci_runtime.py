@@ -112,6 +112,15 @@ def _kernel(driver: CgroupDriver, path: str, controller: str, name: str) -> str:
     return (Path(base) / driver.root.strip("/") / path / name).read_text().strip()
 
 
+def _is_runc_stage(pid: int) -> bool:
+    """runc's (and crun's) own setup processes, before the container's command is exec'd."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return False  # gone meanwhile
+    return comm.startswith(("runc", "crun"))
+
+
 async def _until(cond: Any, timeout: float = 20.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
@@ -130,6 +139,8 @@ async def test_image_container_runs_in_its_cgroup_with_its_limits_and_stops(pod:
     # the process sits in the runtime's child of the agent's container cgroup, which keeps the limits
     limit_file = "memory.max" if driver.version == 2 else "memory.limit_in_bytes"
     assert int(_kernel(driver, f"{pod.pod_cg}/app", "memory", limit_file)) == 48 << 20
+    # the command alone: an exiting runc init stage (still in the host's namespaces) may linger a moment
+    await _until(lambda: (ps := driver.pids(f"{pod.pod_cg}/app/oci")) and not any(_is_runc_stage(p) for p in ps))
     pids = driver.pids(f"{pod.pod_cg}/app/oci")
     assert pids, log_text
     inner = pids[0]
