@@ -10,6 +10,7 @@ in integration/test_agent_controlplane_pods.py).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -203,8 +204,14 @@ class Agent:
     def stop(self) -> None:
         if self._main is not None:
             self.loop.call_soon_threadsafe(self._main.cancel)
-        self.thread.join(20)
-        assert not self.thread.is_alive()
+        self.thread.join(60)
+        if self.thread.is_alive():  # say what the agent is still waiting for (a CI run once saw a hang here)
+            stacks = []
+            for task in asyncio.all_tasks(self.loop):
+                buf = io.StringIO()
+                task.print_stack(file=buf)
+                stacks.append(buf.getvalue())
+            raise AssertionError("the agent did not stop in 60 s; its tasks:\n" + "\n".join(stacks))
         self.loop.close()
 
 
