@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from kube.loopback_app import LoopbackApp
 from test_kube_clients import KUBECTL, Server
+from test_kube_controllers import core, eventually, get_json
 
 from nodeagent.agent.stats.prometheus import CONTENT_TYPE, resource_metrics
 from nodeagent.agent.stats.values import ContainerStats, CpuStats, MemoryStats, NodeStats, PodStats, Snapshot
@@ -126,27 +127,6 @@ def metrics_cluster(tmp: Path, extra: str) -> Iterator[tuple[Server, Load]]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Load]]:
     yield from metrics_cluster(tmp_path_factory.mktemp("kube-hpa"), "horizontalPodAutoscaler: {syncPeriod: 1s}\n")
-
-
-def core(server: Server) -> Any:
-    from kubernetes import client
-    return client.CoreV1Api(client.ApiClient(client.Configuration(host=server.url)))
-
-
-def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}: last {last!r}")
-
-
-def get_json(server: Server, *args: str) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(server.kubectl(*args, "-o", "json").stdout)
-    return out
 
 
 def tend_pods(server: Server, load: Load, api: Any, ready: set[str]) -> list[str]:
