@@ -84,6 +84,45 @@ def test_restart_is_idempotent(tmp_path: Path) -> None:
     assert again.server_ca.cert_pem == first.server_ca.cert_pem
 
 
+def _server_ca_of(directory: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    try:
+        out.put(ensure_pki(directory, ["127.0.0.1"]).server_ca.cert_pem)
+    except Exception as e:  # a half-written CA seen by another maker: the failure the lock prevents
+        out.put(repr(e).encode())
+
+
+def test_makers_started_together_agree_on_one_ca(tmp_path: Path) -> None:
+    """`server run` and `server kubeconfig` started at once (the README starts them a line apart):
+    every process must end with the CA on disk, not one it made and lost."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(6), ctx.Queue()
+    procs = [ctx.Process(target=_server_ca_of, args=(str(tmp_path), barrier, out)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    cas = {out.get(timeout=60) for _ in procs}
+    for p in procs:
+        p.join(30)
+    assert cas == {(tmp_path / "server-ca.crt").read_bytes()}
+
+
+def test_kubeconfig_command_prints_only_the_kubeconfig_when_it_makes_the_pki(tmp_path: Path) -> None:
+    """First use makes the CAs and logs it: the log goes to stderr, stdout stays a kubeconfig."""
+    import subprocess
+
+    (tmp_path / "tokens.csv").write_text("t0ken,admin,1,system:masters\n")
+    (tmp_path / "s.yaml").write_text(f"port: 16443\nstorage: {{path: {tmp_path}/state.db}}\n"
+                                     f"security: {{tokenAuthFile: {tmp_path}/tokens.csv}}\n")
+    nodeagent = str(Path(sys.executable).parent / "nodeagent")
+    done = subprocess.run([nodeagent, "server", "kubeconfig", "--config", str(tmp_path / "s.yaml"), "--user", "admin"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    doc = yaml.safe_load(done.stdout)
+    assert doc["users"][0]["user"]["token"] == "t0ken"
+    assert "pki_ca_created" in done.stderr
+
+
 def test_serving_certificate_reissued_when_it_no_longer_fits(tmp_path: Path) -> None:
     clock = FakeClock()
     first = ensure_pki(tmp_path, ["127.0.0.1"], clock)

@@ -49,7 +49,9 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     from nodeagent.cluster.auth.kubeconfig import build_kubeconfig
     from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, issue_client_certificate
     from nodeagent.cluster.auth.tokenfile import TokenFile
+    from nodeagent.daemonkit.logsetup import configure_logging
 
+    configure_logging()  # to stderr: stdout is the kubeconfig (first use creates the PKI, and says so)
     config = _load(args.config)
     if config is None:
         return 1

@@ -22,12 +22,14 @@ Blocking (key generation, fsync): run `ensure_pki` before the event loop serves,
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import ipaddress
 import os
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,6 +276,23 @@ def ensure_pki(directory: str | Path, hosts: Sequence[str], clock: Clock | None 
     clock = clock or SystemClock()
     d = Path(directory)
     ensure_private_dir(d)
+    with _pki_lock(d):
+        return _ensure_pki_locked(d, hosts, clock)
+
+
+@contextlib.contextmanager
+def _pki_lock(directory: Path) -> Iterator[None]:
+    """One maker at a time: `server run` and `server kubeconfig` started together would otherwise
+    each make a CA, and the kubeconfig would carry a CA the server does not serve with."""
+    fd = os.open(directory / "pki.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _ensure_pki_locked(d: Path, hosts: Sequence[str], clock: Clock) -> PKI:
     server_ca = _ensure_ca(d, "server-ca", clock)
     client_ca = _ensure_ca(d, "client-ca", clock)
     serving = _load_pair(d, "serving")
