@@ -504,17 +504,16 @@ class PodWorker:
         return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
 
     # ---- probes and hooks ----
-    def exec_target(self, name: str, *, interactive: bool = False) -> ExecTarget | None:
-        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not
-        running). `interactive` (kubectl exec): an image container's target too, reached through
-        its OCI runtime (probes and hooks in image containers are refused at admission)."""
+    def exec_target(self, name: str) -> ExecTarget | None:
+        """Where an exec probe, an exec hook or `kubectl exec` runs in the container: its cgroup,
+        env, identity; in an image container, through its OCI runtime's `exec` (None: not running)."""
         w = self.workers.get(name)
         if w is None or not isinstance(w.status.state, Running):
             return None
         c = self.plan.any_container(name)
         if c is not None and c.from_image:
             image = self.image_containers.get(name)
-            if not interactive or image is None or self.env.oci is None:
+            if image is None or self.env.oci is None:
                 return None
             return ExecTarget(cgroup=DriverCgroup(self.env.driver, sandbox_cgroup(self.plan.cgroup_path)),
                               oci=self.env.oci.exec_handle(image.cid, image.dirs, c.cgroup_path))

@@ -53,6 +53,7 @@ READY_TIMEOUT_S = 120.0  # a container not running by then stays Waiting (Contai
 READY_POLL_S = 0.005
 RUNTIME_COMMS = ("runc", "crun")  # /proc/<pid>/comm of the runtime's own processes ("runc:[2:INIT]"...)
 MakeBundle = Callable[[str, str, "int | None"], ContainerBundle]  # (passwd, group, sandbox pid) -> bundle
+RUNTIME_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # the runtime's own environment (not the container's)
 
 
 def container_id(pod_uid: str, name: str) -> str:
@@ -129,6 +130,10 @@ class OciExec:
         return [self.binary, "--root", self.root, "exec", *(["--tty"] if tty else []), "--pid-file", pid_file,
                 self.cid, *command]
 
+    def launch(self, command: Sequence[str], *, tty: bool, pid_file: str) -> LaunchSpec:
+        """What the spawn shim starts: the runtime's `exec`, with the runtime's environment."""
+        return LaunchSpec(tuple(self.argv(command, tty=tty, pid_file=pid_file)), dict(RUNTIME_ENV))
+
     def kill(self, pid_file: str) -> None:
         """SIGKILL the exec'd process the pid file names, if it is still one of this container's."""
         try:
@@ -203,7 +208,7 @@ class OciRuntime:
             self.delete(cid)
             self.prepare(dirs, lowerdirs, make_bundle, sandbox)
             files = monitor_procs() if monitor_procs is not None else (sandbox.procs_files() if sandbox else [])
-            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), dict(RUNTIME_ENV))
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
             return sp
@@ -218,7 +223,7 @@ class OciRuntime:
         init) is in its cgroup (`container_pids`: the runtime's child of the container cgroup)."""
         def start(_launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
             files = sandbox.procs_files() if sandbox is not None else []
-            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), dict(RUNTIME_ENV))
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
             return replace(sp, ready_fd=watch_ready(sp.pid, container_pids))

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 from collections.abc import Callable
 
 import structlog
@@ -46,6 +47,8 @@ class Sandbox:
         self._procs_files = procs_files
         self.pid: int | None = None
         self.start_time: int | None = None
+        # the pod's containers prepare concurrently (off the loop): one sandbox for all of them
+        self._lock = threading.Lock()
 
     @property
     def record_path(self) -> str:
@@ -67,6 +70,10 @@ class Sandbox:
 
     def ensure(self) -> int:
         """The sandbox's PID: the recorded one while it lives, else a new one (blocking, brief)."""
+        with self._lock:
+            return self._ensure()
+
+    def _ensure(self) -> int:
         if self.alive():
             assert self.pid is not None
             return self.pid
