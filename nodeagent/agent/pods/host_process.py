@@ -8,8 +8,8 @@ would be the most dangerous thing the agent could do with it. The annotation
 ignored, so every container needs a `command`.
 
 Exec probes and exec lifecycle hooks of image containers run inside the container, through the
-runtime's `exec` (probes/exec_probe.py). Volumes this node cannot provide, and any volumeMount of a host-process container, are refused too
-(volume_plan.node_volume_errors).
+runtime's `exec` (probes/exec_probe.py). Volumes this node cannot provide, and any volumeMount of
+a host-process container, are refused (volume_plan.node_volume_errors).
 """
 
 from __future__ import annotations

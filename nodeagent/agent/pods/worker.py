@@ -68,6 +68,8 @@ from nodeagent.agent.pods.image_container import REASON_CREATE_ERROR, ImageConta
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.pods.resize import ResizeState
 from nodeagent.agent.pods.volume_plan import plan_volumes
+from nodeagent.agent.pods.volume_refresh import DEFAULT_PERIOD_S as VOLUME_REFRESH_PERIOD_S
+from nodeagent.agent.pods.volume_refresh import refresh_loop
 from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
@@ -120,6 +122,7 @@ class PodEnv:
     oci: OciRuntime | None = None  # the OCI runtime image containers run with (None: none runs)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # an image container's retry waits
     objects: ObjectGetter | None = None  # ConfigMaps and Secrets for volumes: the server's, when joined to one
+    volume_refresh_period: float = VOLUME_REFRESH_PERIOD_S  # their files rewritten this often (volume_refresh.py)
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
@@ -249,6 +252,9 @@ class PodWorker:
         if self.volume_host is None:
             volumes = plan_volumes(self.plan.pod, self.plan.log_dir, self.plan.cgroup_spec.memory_max)
             self.volume_host = PodVolumeHost(self.plan.pod, volumes, facts=env.node_facts)
+            if self.volume_host.refreshable and env.objects is not None:
+                self._side_task(refresh_loop(self.volume_host, env.objects, env.volume_refresh_period),
+                                "refresh volumes")
         image = self.image_containers.get(c.name)
         if image is None:
             image = ImageContainer(self.plan, c, images=env.images, oci=env.oci, driver=env.driver,

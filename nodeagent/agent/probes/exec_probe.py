@@ -15,10 +15,11 @@ exec_launch() is where a target becomes what is spawned, for probes, hooks and `
 Timeout: the process group is SIGKILLed (and, through a runtime, the exec'd process its pid file
 names: it is not the runtime's child once inside the container) and the result is the kubelet's
 `command "..." timed out`. A timeout before the runtime wrote the pid file (runc writes it as the
-process starts) leaves the command to the container's end. Cancellation (the prober stopping) kills it the same way and reaps it in the background.
-Processes that left the group (setsid) are not chased: they live in the container's cgroup,
-which the container's own end cleans up. A shim that could not set the command up (exit 125,
-e.g. the cgroup is gone) means the probe could not run: Verdict.UNKNOWN, not a failure.
+process starts) leaves the command to the container's end. Cancellation (the prober stopping)
+kills it the same way and reaps it in the background. Processes that left the group (setsid)
+are not chased: they live in the container's cgroup, which the container's own end cleans up.
+A shim that could not set the command up (exit 125, e.g. the cgroup is gone) means the probe
+could not run: Verdict.UNKNOWN, not a failure.
 """
 
 from __future__ import annotations
