@@ -14,8 +14,10 @@ exec_launch() is where a target becomes what is spawned, for probes, hooks and `
 
 Timeout: the process group is SIGKILLed (and, through a runtime, the exec'd process its pid file
 names: it is not the runtime's child once inside the container) and the result is the kubelet's
-`command "..." timed out`. A timeout before the runtime wrote the pid file (runc writes it as the
-process starts) leaves the command to the container's end. Cancellation (the prober stopping)
+`command "..." timed out`. Until the runtime has written the pid file (runc writes it once the
+process runs, which takes seconds on a slow node) the runtime is left alive and the file read again
+every 50 ms, for at most 5 s: killing the runtime first would leave the command running in the
+container. Cancellation (the prober stopping)
 kills it the same way and reaps it in the background. Processes that left the group (setsid)
 are not chased: they live in the container's cgroup, which the container's own end cleans up.
 A shim that could not set the command up (exit 125, e.g. the cgroup is gone) means the probe
@@ -43,6 +45,8 @@ from nodeagent.core.names import quote
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
+KILL_RETRY_S = 0.05  # how often a kill asks the runtime's pid file again
+KILL_TRIES = 100  # then (5 s) the runtime is killed anyway
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,10 @@ class ExecResult:
 class _Running:
     """One spawned exec: its pidfd and output pipe, watched on the loop."""
 
-    def __init__(self, pid: int, pidfd: int, read_fd: int, on_kill: Callable[[], None]) -> None:
+    def __init__(self, pid: int, pidfd: int, read_fd: int, on_kill: Callable[[], bool]) -> None:
         self.pid = pid
-        self.on_kill = on_kill
+        self.on_kill = on_kill  # False: the process to kill is not known yet (ask again)
+        self.kill_tries = 0
         self.pidfd = pidfd
         self.read_fd = read_fd
         self.output = bytearray()
@@ -128,7 +133,13 @@ class _Running:
     def kill(self) -> None:
         if self.pidfd < 0:
             return
-        self.on_kill()
+        if not self.on_kill() and self.kill_tries < KILL_TRIES:
+            # the runtime has started the command but not said which process it is: the runtime
+            # is kept alive (killing it would leave the command running in the container) and
+            # asked again shortly
+            self.kill_tries += 1
+            self.loop.call_later(KILL_RETRY_S, self.kill)
+            return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             os.killpg(self.pid, signal.SIGKILL)
@@ -147,9 +158,11 @@ class ExecLaunch:
     oci: OciExec | None = None
     pid_file: str | None = None
 
-    def kill_exec(self) -> None:
+    def kill_exec(self) -> bool:
+        """Kill what the runtime exec'd; False while its pid file is not written yet."""
         if self.oci is not None and self.pid_file is not None:
-            self.oci.kill(self.pid_file)
+            return self.oci.kill(self.pid_file)
+        return True
 
     def release(self) -> None:
         """After the end: the runtime's pid file goes."""

@@ -54,7 +54,7 @@ class ExecSession:
         self.drain_s = drain_s
         self.exit_code: asyncio.Future[int] = self.loop.create_future()
         self._ended = False
-        self.on_kill: Callable[[], None] | None = None  # what else kill() ends (a runtime's exec'd process)
+        self.on_kill: Callable[[], object] | None = None  # what else kill() ends (a runtime's exec'd process)
         for fd in self.outputs:
             self.loop.add_reader(fd, self._read, fd)
         self.loop.add_reader(pidfd, self._reap)
