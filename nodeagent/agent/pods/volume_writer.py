@@ -29,6 +29,7 @@ from collections.abc import Iterable
 
 import structlog
 
+from nodeagent.agent.images.store import fsync_dir
 from nodeagent.agent.pods.volume_files import VolumeFile
 
 log = structlog.get_logger(__name__)
@@ -78,14 +79,6 @@ def _remove(path: str) -> None:
             os.unlink(path)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_generation(root: str, files: Payload) -> str:
     """A new generation directory with the files (each fsynced); its name."""
     stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime())
@@ -131,5 +124,5 @@ def write(root: str, files: Iterable[VolumeFile]) -> bool:
             _remove(os.path.join(root, name))
     if old is not None and old != gen:
         _remove(os.path.join(root, old))
-    _fsync_dir(root)
+    fsync_dir(root)
     return True
