@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 import structlog
 
-from nodeagent.agent.images.store import fsync_dir
+from nodeagent.agent.images.unpack import fsync_dir
 from nodeagent.agent.pods.volume_files import VolumeFile
 
 log = structlog.get_logger(__name__)
