@@ -97,6 +97,7 @@ bench-autoscaling: install
 bench-images: install
 	integration/images/install-tools.sh
 	$(BIN)/python bench/image_bench.py
+	$(BIN)/python bench/pod_start_bench.py --image --mem-limit 64Mi
 
 ## The control plane's Store: durable txns/s, loop cost of the writes, watch latency, RSS (prints figures).
 bench-storage: install

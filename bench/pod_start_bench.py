@@ -18,13 +18,18 @@ Phases (one agent process, its own stateDir and cgroup root, see agent_proc.py):
     .venv/bin/python bench/pod_start_bench.py [-n 100] [--burst 100] [--delete-between]
     integration/run-in-uml.sh sh -c 'ip link set lo up && .venv/bin/python bench/pod_start_bench.py --poll 0.002'
         # pure cgroup v2, 1 CPU; lo starts down in the guest; a slower poll leaves the CPU to the agent
+    .venv/bin/python bench/pod_start_bench.py --image --mem-limit 64Mi   # image pods (make bench-images)
+        # the same from the tests' busybox image on a loopback registry, through the agent's OCI
+        # runtime: "in its cgroup" is the container's own process in `<container cgroup>/oci`
 Targets: single p99 <= 15 ms with durable creates (issue 11; 20 ms before); burst all running within 500 ms.
+Image pods (issue 16): single p99 <= 150 ms, burst of 100 from one image all running within 3 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
@@ -32,8 +37,11 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,17 +55,17 @@ V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
 
 
 def manifest(name: str, opts: argparse.Namespace) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "name": "c", "command": ["sleep", "100000"],
+        "resources": {"requests": {"cpu": opts.cpu_request, "memory": opts.mem_request},
+                      "limits": {"cpu": opts.cpu_limit, "memory": opts.mem_limit}},
+    }
+    if opts.image_ref:  # busybox's `sleep` applet link in the image: comm is still "sleep"
+        c["image"] = opts.image_ref
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "c", "command": ["sleep", "100000"],
-                "resources": {"requests": {"cpu": opts.cpu_request, "memory": opts.mem_request},
-                              "limits": {"cpu": opts.cpu_limit, "memory": opts.mem_limit}},
-            }],
-        },
+        "spec": {"terminationGracePeriodSeconds": 0, "containers": [c]},
     }
 
 
@@ -75,20 +83,26 @@ class Probe:
     t_cgroup: float = 0.0
     t_exec: float = 0.0
     error: str = ""
+    transient: bool = False  # an image container: the first PIDs listed may be the runtime's, which go
 
 
-def setup_probe(agent: AgentProc, probe: Probe, pod: dict[str, Any]) -> None:
+def setup_probe(agent: AgentProc, probe: Probe, pod: dict[str, Any], image: bool = False) -> None:
     """Where to look: the container's cgroup (from the answer's qosClass and uid) in every
     hierarchy; the PID is the containerID's when the answer has one, else the first one the
-    kernel lists in the container cgroup's memory cgroup.procs (read by poll_step)."""
+    kernel lists in the container cgroup's memory cgroup.procs (read by poll_step). An image
+    container runs in the runtime's child `oci` of that cgroup (the limit stays on the parent)
+    and its containerID names the runtime's monitor: the PID is read from the child."""
     path = f"{QOS_DIR[pod['status']['qosClass']]}/pod{pod['metadata']['uid']}/c"
-    rel = agent.cgroup_rel(path)
+    rel = agent.cgroup_rel(path) + ("/oci" if image else "")
     if agent.version == 2:
         probe.want = {"": rel}
     else:
         probe.want = {c: rel for c in V1_CONTROLLERS if agent.driver.hierarchy(c) is not None}
     probe.limit_file = agent.memory_limit_file(path)
-    probe.procs_file = os.path.join(os.path.dirname(probe.limit_file), "cgroup.procs")
+    probe.procs_file = os.path.join(os.path.dirname(probe.limit_file), *(["oci"] if image else []), "cgroup.procs")
+    if image:
+        probe.transient = True
+        return
     cid = container_id_of(pod)
     if cid is None:
         return
@@ -116,7 +130,7 @@ def in_cgroup(probe: Probe, limit: str) -> bool:
     try:
         with open(f"/proc/{probe.pid}/cgroup") as f:
             text = f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         probe.error = "process gone"
         return False
     seen: dict[str, str] = {}
@@ -134,7 +148,7 @@ def execd(probe: Probe) -> bool:
     try:
         with open(f"/proc/{probe.pid}/comm") as f:
             return f.read().strip() == "sleep"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         probe.error = "process gone"
         return False
 
@@ -152,6 +166,8 @@ def poll_step(probe: Probe, limit: str, now: float) -> bool:
     if probe.t_cgroup and execd(probe):
         probe.t_exec = time.perf_counter()
         return True
+    if probe.transient and probe.error == "process gone":  # runc's init stages: read the cgroup again
+        probe.error, probe.pid, probe.t_cgroup = "", None, 0.0
     return bool(probe.error)
 
 
@@ -162,7 +178,7 @@ async def post(session: aiohttp.ClientSession, agent: AgentProc, probe: Probe, o
         if r.status != 201:
             probe.error = f"POST {r.status}: {body.get('message')}"
             return
-    setup_probe(agent, probe, body)  # the PID, when not in the answer, is read from the cgroup
+    setup_probe(agent, probe, body, bool(opts.image_ref))  # the PID, when not in the answer, is read from the cgroup
 
 
 async def delete(session: aiohttp.ClientSession, agent: AgentProc, name: str, wait: bool) -> None:
@@ -234,7 +250,8 @@ async def single(session: aiohttp.ClientSession, agent: AgentProc, opts: argpars
     if bad:
         print(f"FAILED {len(bad)}: {sorted({p.error for p in bad})}")
     target = pct([p.t_cgroup - p.t0 for p in ok], 0.99) * 1e3 if ok else float("inf")
-    print(f"target single p99 <= 15 ms: {'MET' if target <= 15 and not bad else 'MISSED'} ({target:.2f} ms)")
+    bound = 150 if opts.image_ref else 15
+    print(f"target single p99 <= {bound} ms: {'MET' if target <= bound and not bad else 'MISSED'} ({target:.2f} ms)")
 
 
 async def burst(session: aiohttp.ClientSession, agent: AgentProc, opts: argparse.Namespace) -> None:
@@ -273,7 +290,8 @@ async def burst(session: aiohttp.ClientSession, agent: AgentProc, opts: argparse
     if bad:
         print(f"FAILED {len(bad)}: {sorted({p.error for p in bad})[:5]}")
     all_in = max((p.t_cgroup for p in ok), default=float("inf")) - t0
-    print(f"target burst all in cgroup <= 500 ms: {'MET' if all_in <= 0.5 and not bad else 'MISSED'}"
+    bound = 3.0 if opts.image_ref else 0.5
+    print(f"target burst all in cgroup <= {bound * 1e3:.0f} ms: {'MET' if all_in <= bound and not bad else 'MISSED'}"
           f" ({all_in * 1e3:.1f} ms)")
 
 
@@ -305,11 +323,42 @@ class PySpy:
 
 
 async def amain(opts: argparse.Namespace) -> None:
+    with contextlib.ExitStack() as stack:
+        if opts.image:
+            opts.image_ref = stack.enter_context(local_image())
+        await run_phases(opts)
+
+
+@contextlib.contextmanager
+def local_image() -> Iterator[str]:
+    """The tests' busybox image (integration/images/image_tools.py) pushed to a docker-registry on
+    loopback; its reference. Pulled by the first warm-up pod, then present (IfNotPresent)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "integration"))
+    from images.image_tools import Registry, build_images, missing_tools
+
+    if missing_tools():
+        raise SystemExit(f"--image: missing {', '.join(missing_tools())}: run integration/images/install-tools.sh")
+    work = Path(tempfile.mkdtemp(prefix="pod-start-image-"))
+    registry = None
+    try:
+        images = build_images(work / "build", big_mb=1)
+        registry = Registry(work / "registry").start()
+        registry.push(f"oci:{images.layout}:small", "bench/small:1")
+        yield f"{registry.host}/bench/small:1"
+    finally:
+        if registry is not None:
+            registry.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def run_phases(opts: argparse.Namespace) -> None:
     agent = AgentProc(driver_kind=opts.driver, env=parse_env(opts.agent_env), keep_log=opts.agent_log)
     agent.start()
     try:
         print(f"host: {platform.node()} kernel {platform.release()}, {os.cpu_count()} CPUs, cgroup v{agent.version};"
               f" agent pid {agent.pid}, root {agent.root}, {agent.url}")
+        if opts.image_ref:
+            print(f"image pods: {opts.image_ref} (pulled by the first warm-up pod), the agent's OCI runtime")
         print(f"pod: sleep 100000, requests cpu={opts.cpu_request} memory={opts.mem_request},"
               f" limits cpu={opts.cpu_limit} memory={opts.mem_limit}; poll every {opts.poll * 1e3:.2f} ms")
         connector = aiohttp.TCPConnector(limit=0)
@@ -342,6 +391,9 @@ def main() -> None:
                     help="extra environment for the agent (repeatable), e.g. PYTHONPATH=/tmp/patched-tree")
     ap.add_argument("--py-spy", metavar="DIR", help="record the agent with py-spy per phase into DIR")
     ap.add_argument("--py-spy-idle", action="store_true", help="py-spy: count idle (waiting) samples too")
+    ap.add_argument("--image", action="store_true",
+                    help="image pods: the tests' busybox image from a docker-registry on loopback (targets: "
+                         "single p99 <= 150 ms, burst <= 3 s)")
     ap.add_argument("--cpu-request", default="5m")
     ap.add_argument("--cpu-limit", default="100m")
     ap.add_argument("--mem-request", default="4Mi")
@@ -352,6 +404,7 @@ def main() -> None:
     from nodeagent.core.quantity import parse_quantity
 
     opts.limit_bytes = parse_quantity(opts.mem_limit).value()
+    opts.image_ref = None  # set by --image once the registry holds it
     asyncio.run(amain(opts))
 
 

@@ -3,12 +3,17 @@ and the kill of the exec'd process its pid file names, only while it is in the c
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from nodeagent.agent.probes.exec_probe import ExecTarget, run_in_container
 from nodeagent.agent.runtime.oci.runtime import BundleDirs, OciExec, OciRuntime
+from nodeagent.agent.runtime.spawn import LaunchSpec, Spawned, spawn
 
 
 def handle(tmp_path: Path, cgroup: str = "/kubepods/podX/main") -> OciExec:
@@ -32,13 +37,46 @@ def test_kill_only_a_process_of_the_container(tmp_path: Path) -> None:
     try:
         pid_file = tmp_path / "exec.pid"
         pid_file.write_text(str(proc.pid))
-        handle(tmp_path, "/no-such-cgroup-of-ours").kill(str(pid_file))  # not in the container's cgroup: kept
+        assert handle(tmp_path, "/no-such-cgroup-of-ours").kill(str(pid_file))  # not in the container's cgroup: kept
         assert proc.poll() is None
         own = Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()[-1].split(":", 2)[2]
         handle(tmp_path, own).kill(str(pid_file))
         assert proc.wait(5) == -9
-        handle(tmp_path, own).kill(str(pid_file))  # gone: nothing happens
-        handle(tmp_path, own).kill(str(tmp_path / "missing.pid"))
+        assert handle(tmp_path, own).kill(str(pid_file))  # gone: nothing happens, nothing to wait for
+        # not written yet (the runtime writes it once the process runs): the caller asks again
+        assert not handle(tmp_path, own).kill(str(tmp_path / "missing.pid"))
+        (tmp_path / "empty.pid").write_text("")
+        assert not handle(tmp_path, own).kill(str(tmp_path / "empty.pid"))
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_a_timeout_waits_for_the_pid_file_then_kills_the_execd_process(tmp_path: Path) -> None:
+    """The runtime (here a shell standing in for `runc exec`) writes the pid file 0.3 s after the
+    exec's 0.1 s timeout: it is kept alive until then (killing it first would leave the command
+    running inside the container), then the process the file names is killed."""
+    own = Path("/proc/self/cgroup").read_text().splitlines()[-1].split(":", 2)[2]
+    target = ExecTarget(cgroup=None, oci=handle(tmp_path, own))
+    script = 'sleep 0.3; sleep 60 & echo $! > "$1.seen"; echo $! > "$1"; wait'
+
+    def runtime(spec: LaunchSpec, log: str, files: Sequence[str], adj: int | None) -> Spawned:
+        pid_file = spec.argv[spec.argv.index("--pid-file") + 1]
+        return spawn(LaunchSpec(("/bin/sh", "-c", script, "sh", pid_file)), log, files, adj)
+
+    t0 = time.monotonic()
+    res = await run_in_container(["true"], target, 0.1, spawner=runtime)
+    assert res.timed_out and time.monotonic() - t0 >= 0.3  # the runtime outlived the timeout
+    (seen,) = tmp_path.glob("exec-*.pid.seen")
+    assert not list(tmp_path.glob("exec-*.pid"))  # released
+
+    def dead() -> bool:
+        try:
+            return Path(f"/proc/{int(seen.read_text())}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 5
+    while not dead() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert dead()

@@ -175,7 +175,8 @@ class Agent:
         self.objects = ObjectSource(lambda: self.config)
         env = PodEnv(driver=driver, state_dir=config.state_dir, memory_capacity=facts.capacity.memory,
                      clock=clock, steps=self.steps, events=self.events, node_facts=self.downward_facts,
-                     images=self.images, oci=oci, objects=self.objects.get)
+                     images=self.images, oci=oci, objects=self.objects.get,
+                     volume_refresh_period=config.volume_refresh_period)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
                                enforced_allocatable=allocatable.enforced_limits, max_pods=config.max_pods)
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,

@@ -111,8 +111,8 @@ def _runs(command: Command) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-def _parser(sub: SubParsers, name: str, command: Command, help_: str,
-            description: str) -> argparse.ArgumentParser:
+def parser_for(sub: SubParsers, name: str, command: Command, help_: str,
+               description: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_, description=description, parents=[_connection_options()])
     p.set_defaults(func=_runs(command))
     return p
@@ -371,19 +371,19 @@ def cmd_logs(args: argparse.Namespace, client: Client) -> int:
 
 # ---- argparse ----
 def _add_status(sub: SubParsers) -> None:
-    _parser(sub, "status", cmd_status, "show the node, its resources and its pods",
+    parser_for(sub, "status", cmd_status, "show the node, its resources and its pods",
             "Node name and conditions; capacity, allocatable, requested (the sum of active pods' "
             "requests) and used, per resource; then the pods.")
 
 
 def _add_pods(sub: SubParsers) -> None:
-    p = _parser(sub, "pods", cmd_pods, "list the pods", "List the pods on the node.")
+    p = parser_for(sub, "pods", cmd_pods, "list the pods", "List the pods on the node.")
     p.add_argument("-n", "--namespace", help="only this namespace")
     p.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
 
 
 def _add_apply(sub: SubParsers) -> None:
-    p = _parser(sub, "apply", cmd_apply, "create pods from manifests",
+    p = parser_for(sub, "apply", cmd_apply, "create pods from manifests",
                 "Create every pod in FILE (YAML or JSON; several documents or a `kind: List` "
                 "allowed; `-` reads stdin). Prints `pod/NAME created` or the error for each.")
     p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
@@ -392,7 +392,7 @@ def _add_apply(sub: SubParsers) -> None:
 
 
 def _add_delete(sub: SubParsers) -> None:
-    p = _parser(sub, "delete", cmd_delete, "delete pods",
+    p = parser_for(sub, "delete", cmd_delete, "delete pods",
                 "Delete pods given as NAMESPACE/NAME, or NAME with -n (default namespace: default).")
     p.add_argument("pods", nargs="+", metavar="NS/NAME")
     p.add_argument("-n", "--namespace", help="namespace for bare names")
@@ -401,7 +401,7 @@ def _add_delete(sub: SubParsers) -> None:
 
 
 def _add_logs(sub: SubParsers) -> None:
-    p = _parser(sub, "logs", cmd_logs, "print a container's log",
+    p = parser_for(sub, "logs", cmd_logs, "print a container's log",
                 "Print the log of a pod's container. With -f, keep printing new lines until the "
                 "pod finishes or is deleted, or Ctrl-C.")
     p.add_argument("pod", metavar="NS/NAME")
@@ -413,7 +413,7 @@ def _add_logs(sub: SubParsers) -> None:
 
 
 def _add_events(sub: SubParsers) -> None:
-    p = _parser(sub, "events", cmd_events, "list recent events", "Recent events, oldest first.")
+    p = parser_for(sub, "events", cmd_events, "list recent events", "Recent events, oldest first.")
     p.add_argument("-o", "--output", choices=("json", "yaml"), help="output format")
 
 
@@ -423,6 +423,7 @@ __all__ = [
     "SUBCOMMANDS",
     "LogFollower",
     "follow_log",
+    "parser_for",
     "pod_ref",
     "read_manifests",
     "socket_path_from_config",

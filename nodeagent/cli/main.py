@@ -18,6 +18,7 @@ from nodeagent.agent.node.allocatable import allocatable_for
 from nodeagent.agent.node.capacity import Capacity, discover_capacity
 from nodeagent.cli.client_commands import SUBCOMMANDS as CLIENT_SUBCOMMANDS
 from nodeagent.cli.controlplane_commands import add_server
+from nodeagent.cli.exec_command import add_exec
 from nodeagent.cli.image_commands import add_image
 from nodeagent.cli.server_commands import add_scheduler
 from nodeagent.core.duration import format_go_duration
@@ -162,6 +163,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_check_config, _add_run]  # type: ignore[type-arg]
 SUBCOMMANDS += CLIENT_SUBCOMMANDS  # status, pods, apply, delete, logs, events
+SUBCOMMANDS.append(add_exec)  # exec NS/NAME -- CMD
 SUBCOMMANDS.append(add_image)  # image pull | import | ls | rm
 SUBCOMMANDS.append(add_scheduler)  # scheduler run | check-config
 SUBCOMMANDS.append(add_server)  # server run | check-config

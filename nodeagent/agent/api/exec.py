@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import os
 
 import structlog
 from aiohttp import WSMsgType, web
 
 from nodeagent.agent.api.backend import AgentBackend
+from nodeagent.agent.probes.exec_probe import exec_launch
 from nodeagent.agent.runtime.exec_session import ExecSession, ExecUnavailable
-from nodeagent.agent.runtime.spawn import LaunchSpec
 from nodeagent.core import remotecommand as rc
 from nodeagent.daemonkit.status import StatusError
 
 log = structlog.get_logger(__name__)
-RUNTIME_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 async def _failure(ws: web.WebSocketResponse, message: str, reason: str, code: int) -> web.WebSocketResponse:
@@ -55,31 +52,21 @@ async def exec_handler(request: web.Request, backend: AgentBackend) -> web.Strea
         if target is None:
             what = f'container "{opts.container}" of pod' if opts.container else "pod"
             return await _failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
-        if target.oci is not None:  # an image container: through its runtime's exec
-            pid_file = target.oci.pid_file()
-            spec = LaunchSpec(tuple(target.oci.argv(opts.command, tty=opts.tty, pid_file=pid_file)),
-                              {"PATH": RUNTIME_PATH})
-        else:
-            spec = LaunchSpec(opts.command, dict(target.env), target.working_dir, target.run_as_user,
-                              target.run_as_group)
-        files = target.cgroup.procs_files() if target.cgroup is not None else []
-        session = ExecSession.start(spec, files, target.oom_score_adj, stdin=opts.stdin, stdout=opts.stdout,
-                                    stderr=opts.stderr and not opts.tty, tty=opts.tty)
+        launch = exec_launch(opts.command, target, tty=opts.tty)
+        session = ExecSession.start(launch.spec, launch.procs_files, launch.oom_score_adj, stdin=opts.stdin,
+                                    stdout=opts.stdout, stderr=opts.stderr and not opts.tty, tty=opts.tty)
     except (ValueError, ExecUnavailable) as e:  # FieldError is a ValueError
         return await _failure(ws, str(e), "BadRequest", 400)
     except OSError as e:
         return await _failure(ws, f"cannot start {list(opts.command)}: {e}", "InternalError", 500)
-    if target.oci is not None:
-        session.on_kill = functools.partial(target.oci.kill, pid_file)
+    session.on_kill = launch.kill_exec
     log.info("exec_started", pod=f"{ns}/{name}", container=opts.container, pid=session.pid, tty=opts.tty,
              runtime=target.oci is not None)
     try:
         code = await _serve(ws, session, v5=ready.protocol == rc.V5)
     finally:
         session.close()
-        if target.oci is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(pid_file)
+        launch.release()
     if code is not None:
         log.info("exec_finished", pod=f"{ns}/{name}", container=opts.container, exit_code=code)
         with contextlib.suppress(ConnectionResetError):

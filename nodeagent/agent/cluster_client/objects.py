@@ -1,6 +1,7 @@
 """ConfigMaps and Secrets of the server the agent is joined to, read for the pods' volumes (the
 kubelet's configmap and secret managers in their simplest, "Get" strategy: one GET per object
-each time a container is created, nothing cached, nothing watched).
+each time a container is created and each volume refresh period, nothing cached, nothing
+watched), and a pod itself when its downwardAPI files show its labels or annotations.
 
 While `kubeconfig` is unset the agent has no such source and every object reads as not found (a
 required configMap/secret volume then leaves its container in CreateContainerConfigError). With
@@ -21,7 +22,7 @@ from nodeagent.agent.cluster_client.sync import ApiError, KubeconfigClient
 from nodeagent.agent.config.settings import Config
 from nodeagent.daemonkit.kubeconfig import KubeconfigError
 
-RESOURCES = ("configmaps", "secrets")
+RESOURCES = ("configmaps", "secrets", "pods")  # pods: a pod's own labels and annotations (downwardAPI files)
 
 
 class ObjectSource(KubeconfigClient):

@@ -173,6 +173,10 @@ class Config(BaseModel):
     # kube-node-lease/<nodeName> every nodeLeaseDurationSeconds/4 (agent/cluster_client). Unset: none.
     kubeconfig: AbsolutePath | None = None
     node_lease_duration_seconds: int = Field(default=40, ge=1)
+    # configMap/secret/downwardAPI/projected volume files of running pods are read again from the
+    # server and rewritten (atomically) this often; nodeagent's own key, read at start
+    # (pods/volume_refresh.py says why a period and not a watch).
+    volume_refresh_period: Annotated[GoDuration, AfterValidator(positive_duration)] = 10.0
     # An unchanged status is still sent this often (the kubelet's key; the Lease carries liveness).
     # Unset: 5m, or nodeStatusUpdateFrequency when that is set (the kubelet's compatibility rule).
     node_status_report_frequency: Annotated[GoDuration, AfterValidator(positive_duration)] = 300.0

@@ -7,10 +7,9 @@ would be the most dangerous thing the agent could do with it. The annotation
 `nodeagent.io/host-process: "true"` says "run the command on the host, I know": the image is then
 ignored, so every container needs a `command`.
 
-Exec probes and exec lifecycle hooks of image containers are refused until they run inside the
-container (`runc exec`): today they would run on the host, outside the image. Volumes this node
-cannot provide, and any volumeMount of a host-process container, are refused too
-(volume_plan.node_volume_errors).
+Exec probes and exec lifecycle hooks of image containers run inside the container, through the
+runtime's `exec` (probes/exec_probe.py). Volumes this node cannot provide, and any volumeMount of
+a host-process container, are refused (volume_plan.node_volume_errors).
 """
 
 from __future__ import annotations
@@ -32,18 +31,6 @@ def runs_image(pod: Pod, c: Container) -> bool:
     return bool(c.image) and not is_host_process_pod(pod)
 
 
-def _exec_handlers(path: str, c: Container) -> list[FieldError]:
-    forbidden = "Forbidden: exec handlers of image containers are not supported yet (they would run on the host)"
-    out = [FieldError(f"{path}.{alias}.exec", forbidden)
-           for alias, p in (("livenessProbe", c.liveness_probe), ("readinessProbe", c.readiness_probe),
-                            ("startupProbe", c.startup_probe)) if p is not None and p.exec is not None]
-    if c.lifecycle is not None:
-        out += [FieldError(f"{path}.lifecycle.{alias}.exec", forbidden)
-                for alias, h in (("postStart", c.lifecycle.post_start), ("preStop", c.lifecycle.pre_stop))
-                if h is not None and h.exec is not None]
-    return out
-
-
 def refuse_images(pod: Pod, runtime: str | None) -> None:
     """ValidationErrors naming every field this node cannot honour; `runtime`: the OCI runtime's
     name (None: the agent has none, so no image runs)."""
@@ -62,8 +49,6 @@ def refuse_images(pod: Pod, runtime: str | None) -> None:
                     "this node has no OCI runtime (ociRuntime: none, or none found) and cannot run images; "
                     f"remove `image`, or annotate the pod {HOST_PROCESS_ANNOTATION}: \"true\" to run the "
                     "command on the host"))
-            elif c.image:
-                errors += _exec_handlers(path, c)
     errors += node_volume_errors(pod, lambda c: runs_image(pod, c))
     if errors:
         raise ValidationErrors(errors)

@@ -424,7 +424,7 @@ class PodManager:
         plan = worker.plan.any_container(container)
         if plan is None:
             return None
-        target = worker.exec_target(container, interactive=True)
+        target = worker.exec_target(container)
         if target is None:
             raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
         return target

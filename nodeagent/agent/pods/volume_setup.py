@@ -7,8 +7,10 @@ pod's containers prepare concurrently) makes each volume of volume_plan.PodVolum
 - hostPath: the kubelet's type checks (`hostPath type check failed: P is not a directory`...),
   DirectoryOrCreate making the directory (0755) and FileOrCreate the file (0644; its parent must
   exist, as upstream);
-- configMap, secret, downwardAPI, projected: their files (volume_files.py) written atomically
-  under the volume's root, with their modes; written once, when the volume is first made.
+- configMap, secret, downwardAPI, projected: their files (volume_files.py) written by the atomic
+  writer (volume_writer.py: a `..data` link switched to a new generation) with their modes, when
+  the volume is first made; `refresh(sources, pod)` writes them again from newer objects (the
+  pod's refresh loop, volume_refresh.py), a changed set replacing the old one at once.
 
 `mounts(container)` turns the container's MountPlans into config.json binds. A subPath is resolved
 on the host: it must stay inside the volume after every symlink is followed (a container that
@@ -34,9 +36,8 @@ from typing import Any
 
 import structlog
 
-from nodeagent.agent.images.store import atomic_write
+from nodeagent.agent.pods import volume_writer
 from nodeagent.agent.pods.volume_files import (
-    VolumeFile,
     VolumeSourceError,
     VolumeSources,
     config_map_data,
@@ -123,19 +124,6 @@ def resolve_sub_path(volume_root: str, sub_path: str) -> str:
     return full
 
 
-def write_files(root: str, files: tuple[VolumeFile, ...]) -> None:
-    """The files under root, each written atomically with its mode; parents made inside root."""
-    real = os.path.realpath(root)
-    for f in files:
-        target = os.path.join(real, f.path)
-        parent = os.path.dirname(target)
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        if not within(real, os.path.realpath(parent)):
-            raise VolumeSetupError(f"{f.path}: leaves the volume")
-        atomic_write(target, f.data)
-        os.chmod(target, f.mode)
-
-
 async def fetch_sources(volumes: PodVolumes, namespace: str, get: ObjectGetter | None) -> VolumeSources:
     """The ConfigMaps and Secrets `volumes` name, read concurrently (none without a getter)."""
     wanted = sorted(needed_objects(tuple(v.volume for v in volumes.volumes.values())))
@@ -197,11 +185,40 @@ class PodVolumeHost:
             if v.memory:
                 rootfs.mount_tmpfs(v.path, self.volumes.size_of(v))
         elif v.kind in API_DATA:
-            files = volume_files(v.volume, self.pod, sources, self._facts())
-            os.makedirs(v.path, mode=0o755, exist_ok=True)
-            write_files(v.path, files)
+            volume_writer.write(v.path, volume_files(v.volume, self.pod, sources, self._facts()))
         self._made.add(v.name)
         self._log.info("volume_ready", volume=v.name, kind=v.kind, path=v.path, memory=v.memory)
+
+    @property
+    def refreshable(self) -> bool:
+        """Some volume's files come from the API (ConfigMaps, Secrets, the pod's own fields)."""
+        return any(v.kind in API_DATA for v in self.volumes.volumes.values())
+
+    @property
+    def reads_pod_metadata(self) -> bool:
+        """Some downwardAPI file shows the pod's labels or annotations (which can change)."""
+        return any((f.field_path or "").startswith(("metadata.labels", "metadata.annotations"))
+                   for v in self.volumes.volumes.values() for p in v.volume.projections for f in p.files)
+
+    def refresh(self, sources: VolumeSources, pod: Pod | None = None) -> list[str]:
+        """The files of every volume made so far written again from `sources` (and `pod`'s
+        metadata); the names of those that changed. A volume whose files cannot be made now (its
+        object gone, a key missing) keeps the files it has, as the kubelet's do."""
+        changed: list[str] = []
+        with self._lock:
+            if pod is not None:
+                self.pod = pod
+            for v in self.volumes.volumes.values():
+                if v.kind not in API_DATA or v.name not in self._made:
+                    continue
+                try:
+                    if volume_writer.write(v.path, volume_files(v.volume, self.pod, sources, self._facts())):
+                        changed.append(v.name)
+                except (OSError, ValueError) as e:
+                    self._log.warning("volume_refresh_failed", volume=v.name, error=str(e))
+        if changed:
+            self._log.info("volumes_refreshed", volumes=changed)
+        return changed
 
     def mounts(self, c: Container) -> tuple[Mount, ...]:
         """config.json binds of the container's volumeMounts (ensure() first)."""

@@ -68,6 +68,8 @@ from nodeagent.agent.pods.image_container import REASON_CREATE_ERROR, ImageConta
 from nodeagent.agent.pods.plan import ContainerPlan, PodPlan, plan_pod
 from nodeagent.agent.pods.resize import ResizeState
 from nodeagent.agent.pods.volume_plan import plan_volumes
+from nodeagent.agent.pods.volume_refresh import DEFAULT_PERIOD_S as VOLUME_REFRESH_PERIOD_S
+from nodeagent.agent.pods.volume_refresh import refresh_loop
 from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
@@ -120,6 +122,7 @@ class PodEnv:
     oci: OciRuntime | None = None  # the OCI runtime image containers run with (None: none runs)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # an image container's retry waits
     objects: ObjectGetter | None = None  # ConfigMaps and Secrets for volumes: the server's, when joined to one
+    volume_refresh_period: float = VOLUME_REFRESH_PERIOD_S  # their files rewritten this often (volume_refresh.py)
 
     def plan(self, pod: Pod) -> PodPlan:
         """The pod's plan on this node (see plan.py)."""
@@ -249,6 +252,9 @@ class PodWorker:
         if self.volume_host is None:
             volumes = plan_volumes(self.plan.pod, self.plan.log_dir, self.plan.cgroup_spec.memory_max)
             self.volume_host = PodVolumeHost(self.plan.pod, volumes, facts=env.node_facts)
+            if self.volume_host.refreshable and env.objects is not None:
+                self._side_task(refresh_loop(self.volume_host, env.objects, env.volume_refresh_period),
+                                "refresh volumes")
         image = self.image_containers.get(c.name)
         if image is None:
             image = ImageContainer(self.plan, c, images=env.images, oci=env.oci, driver=env.driver,
@@ -504,17 +510,16 @@ class PodWorker:
         return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
 
     # ---- probes and hooks ----
-    def exec_target(self, name: str, *, interactive: bool = False) -> ExecTarget | None:
-        """Where an exec probe or hook of the container runs: its cgroup, env, identity (None: not
-        running). `interactive` (kubectl exec): an image container's target too, reached through
-        its OCI runtime (probes and hooks in image containers are refused at admission)."""
+    def exec_target(self, name: str) -> ExecTarget | None:
+        """Where an exec probe, an exec hook or `kubectl exec` runs in the container: its cgroup,
+        env, identity; in an image container, through its OCI runtime's `exec` (None: not running)."""
         w = self.workers.get(name)
         if w is None or not isinstance(w.status.state, Running):
             return None
         c = self.plan.any_container(name)
         if c is not None and c.from_image:
             image = self.image_containers.get(name)
-            if not interactive or image is None or self.env.oci is None:
+            if image is None or self.env.oci is None:
                 return None
             return ExecTarget(cgroup=DriverCgroup(self.env.driver, sandbox_cgroup(self.plan.cgroup_path)),
                               oci=self.env.oci.exec_handle(image.cid, image.dirs, c.cgroup_path))

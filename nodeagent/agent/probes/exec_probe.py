@@ -7,11 +7,21 @@ loop (the shim's log "file" is the pipe's write end, opened by the child through
 /proc/self/fd/N before it execs), keeping the first 10 KiB as the kubelet does. The exit is
 seen through a pidfd on the loop: nothing blocks and no thread is involved.
 
-Timeout: the process group is SIGKILLed and the result is the kubelet's `command "..." timed
-out`. Cancellation (the prober stopping) kills it the same way and reaps it in the background.
-Processes that left the group (setsid) are not chased: they live in the container's cgroup,
-which the container's own end cleans up. A shim that could not set the command up (exit 125,
-e.g. the cgroup is gone) means the probe could not run: Verdict.UNKNOWN, not a failure.
+In a container from an image the shim starts the OCI runtime's `exec` instead (`runc exec
+--pid-file F ID cmd...`, charged to the pod's sandbox cgroup), which runs the command in the
+container's namespaces, rootfs and cgroup with its process spec; its stdio is the same pipe.
+exec_launch() is where a target becomes what is spawned, for probes, hooks and `kubectl exec`.
+
+Timeout: the process group is SIGKILLed (and, through a runtime, the exec'd process its pid file
+names: it is not the runtime's child once inside the container) and the result is the kubelet's
+`command "..." timed out`. Until the runtime has written the pid file (runc writes it once the
+process runs, which takes seconds on a slow node) the runtime is left alive and the file read again
+every 50 ms, for at most 5 s: killing the runtime first would leave the command running in the
+container. Cancellation (the prober stopping)
+kills it the same way and reaps it in the background. Processes that left the group (setsid)
+are not chased: they live in the container's cgroup, which the container's own end cleans up.
+A shim that could not set the command up (exit 125, e.g. the cgroup is gone) means the probe
+could not run: Verdict.UNKNOWN, not a failure.
 """
 
 from __future__ import annotations
@@ -29,19 +39,22 @@ from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, su
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
 from nodeagent.agent.runtime.oci.runtime import OciExec
 from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn
-from nodeagent.agent.runtime.state import decode_wait_status
+from nodeagent.agent.runtime.state import reap_exit_code
 from nodeagent.core.names import quote
 
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
+KILL_RETRY_S = 0.05  # how often a kill asks the runtime's pid file again
+KILL_TRIES = 100  # then (5 s) the runtime is killed anyway
 
 
 @dataclass(frozen=True)
 class ExecTarget:
     """The container an exec runs in. `oci` set: an image container, reached only through its
-    runtime's `exec` (`kubectl exec`); the command is not spawned in `cgroup` (the pod's sandbox,
-    where the runtime's own process is charged) with the other fields, which are left empty."""
+    runtime's `exec` (probes, hooks, `kubectl exec`); the runtime's process is spawned in `cgroup`
+    (the pod's sandbox, where it is charged) and the other fields are left empty: the container's
+    process spec (env, working directory, user) is the runtime's to apply."""
 
     cgroup: CgroupHandle | None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -62,8 +75,10 @@ class ExecResult:
 class _Running:
     """One spawned exec: its pidfd and output pipe, watched on the loop."""
 
-    def __init__(self, pid: int, pidfd: int, read_fd: int) -> None:
+    def __init__(self, pid: int, pidfd: int, read_fd: int, on_kill: Callable[[], bool]) -> None:
         self.pid = pid
+        self.on_kill = on_kill  # False: the process to kill is not known yet (ask again)
+        self.kill_tries = 0
         self.pidfd = pidfd
         self.read_fd = read_fd
         self.output = bytearray()
@@ -94,11 +109,8 @@ class _Running:
             self.read_fd = -1
 
     def _reap(self) -> None:
-        try:
-            wpid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            wpid, status = self.pid, 0
-        if wpid == 0:
+        code = reap_exit_code(self.pid)
+        if code is None:
             return
         self.loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
@@ -111,7 +123,6 @@ class _Running:
                         break
                     self.output += chunk[: MAX_OUTPUT - len(self.output)]
             self._close_pipe()
-        code, _ = decode_wait_status(status)
         if not self.exited.done():
             self.exited.set_result(code)
 
@@ -122,9 +133,54 @@ class _Running:
     def kill(self) -> None:
         if self.pidfd < 0:
             return
+        if not self.on_kill() and self.kill_tries < KILL_TRIES:
+            # the runtime has started the command but not said which process it is: the runtime
+            # is kept alive (killing it would leave the command running in the container) and
+            # asked again shortly
+            self.kill_tries += 1
+            self.loop.call_later(KILL_RETRY_S, self.kill)
+            return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             os.killpg(self.pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class ExecLaunch:
+    """How a command starts in a target's container, for a probe, a hook or `kubectl exec` alike:
+    what the spawn shim runs (the command itself, or the OCI runtime's `exec` of it), the cgroups
+    it joins first and its oom_score_adj. Through a runtime, killing the `exec` leaves the command
+    running inside the container: `kill_exec` kills what its pid file names."""
+
+    spec: LaunchSpec
+    procs_files: list[str]
+    oom_score_adj: int | None
+    oci: OciExec | None = None
+    pid_file: str | None = None
+
+    def kill_exec(self) -> bool:
+        """Kill what the runtime exec'd; False while its pid file is not written yet."""
+        if self.oci is not None and self.pid_file is not None:
+            return self.oci.kill(self.pid_file)
+        return True
+
+    def release(self) -> None:
+        """After the end: the runtime's pid file goes."""
+        if self.pid_file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.pid_file)
+
+
+def exec_launch(command: Sequence[str], target: ExecTarget, *, tty: bool = False) -> ExecLaunch:
+    """The one place a target becomes a launch (ValueError: no command)."""
+    files = target.cgroup.procs_files() if target.cgroup is not None else []
+    if target.oci is not None:
+        pid_file = target.oci.pid_file()
+        return ExecLaunch(target.oci.launch(command, tty=tty, pid_file=pid_file), files, target.oom_score_adj,
+                          target.oci, pid_file)
+    spec = LaunchSpec(tuple(command), dict(target.env), target.working_dir, target.run_as_user,
+                      target.run_as_group)
+    return ExecLaunch(spec, files, target.oom_score_adj)
 
 
 async def run_in_container(
@@ -134,20 +190,25 @@ async def run_in_container(
 
     OSError / ValueError if it cannot be started at all.
     """
-    spec = LaunchSpec(tuple(command), dict(target.env), target.working_dir, target.run_as_user,
-                      target.run_as_group)
-    files = target.cgroup.procs_files() if target.cgroup is not None else []
+    launch = exec_launch(command, target)
+    try:
+        return await _run(launch, timeout_seconds, spawner)
+    finally:
+        launch.release()
+
+
+async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawner) -> ExecResult:
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         try:
-            spawned = spawner(spec, f"/proc/self/fd/{write_fd}", files, target.oom_score_adj)
+            spawned = spawner(launch.spec, f"/proc/self/fd/{write_fd}", launch.procs_files, launch.oom_score_adj)
         finally:
             os.close(write_fd)
         pidfd = os.pidfd_open(spawned.pid)
     except BaseException:
         os.close(read_fd)
         raise
-    proc = _Running(spawned.pid, pidfd, read_fd)
+    proc = _Running(spawned.pid, pidfd, read_fd, launch.kill_exec)
     timer = proc.loop.call_later(timeout_seconds, proc.time_out) if timeout_seconds is not None else None
     try:
         code = await proc.exited  # a timeout kills the process, and the exit follows

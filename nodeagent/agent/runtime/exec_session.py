@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from nodeagent.agent.runtime.spawn import LaunchSpec, spawn_stdio
-from nodeagent.agent.runtime.state import decode_wait_status
+from nodeagent.agent.runtime.state import reap_exit_code
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +54,7 @@ class ExecSession:
         self.drain_s = drain_s
         self.exit_code: asyncio.Future[int] = self.loop.create_future()
         self._ended = False
-        self.on_kill: Callable[[], None] | None = None  # what else kill() ends (a runtime's exec'd process)
+        self.on_kill: Callable[[], object] | None = None  # what else kill() ends (a runtime's exec'd process)
         for fd in self.outputs:
             self.loop.add_reader(fd, self._read, fd)
         self.loop.add_reader(pidfd, self._reap)
@@ -191,16 +191,12 @@ class ExecSession:
 
     # ---- the process ----
     def _reap(self) -> None:
-        try:
-            wpid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            wpid, status = self.pid, 0
-        if wpid == 0:
+        code = reap_exit_code(self.pid)
+        if code is None:
             return
         self.loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
         self.pidfd = -1
-        code, _ = decode_wait_status(status)
         if not self.exit_code.done():
             self.exit_code.set_result(code)
         self.loop.call_later(self.drain_s, self._drain_and_end)

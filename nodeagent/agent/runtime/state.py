@@ -121,6 +121,18 @@ class ContainerStatus:
         return out
 
 
+def reap_exit_code(pid: int) -> int | None:
+    """The exit code of the agent's child `pid` if it has ended (reaped now), else None (still
+    running); one reaped elsewhere already reads 0. Called when its pidfd turns readable."""
+    try:
+        wpid, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    if wpid == 0:
+        return None
+    return decode_wait_status(status)[0]
+
+
 def decode_wait_status(status: int) -> tuple[int, int | None]:
     """(exitCode, signal) from a waitpid status: a signal death is 128+sig with signal set."""
     if os.WIFSIGNALED(status):

@@ -19,6 +19,8 @@ import json
 import os
 import shutil
 import signal
+import threading
+import time
 from collections.abc import Callable
 
 import structlog
@@ -33,6 +35,8 @@ log = structlog.get_logger(__name__)
 SANDBOX_CGROUP = "_sandbox"
 UNSHARE = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin") or "/usr/bin/unshare"
 SLEEP = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
+NAMESPACES_TIMEOUT_S = 2.0
+NAMESPACES_POLL_S = 0.0005
 
 
 def sandbox_cgroup(pod_cgroup: str) -> str:
@@ -46,6 +50,8 @@ class Sandbox:
         self._procs_files = procs_files
         self.pid: int | None = None
         self.start_time: int | None = None
+        # the pod's containers prepare concurrently (off the loop): one sandbox for all of them
+        self._lock = threading.Lock()
 
     @property
     def record_path(self) -> str:
@@ -67,6 +73,10 @@ class Sandbox:
 
     def ensure(self) -> int:
         """The sandbox's PID: the recorded one while it lives, else a new one (blocking, brief)."""
+        with self._lock:
+            return self._ensure()
+
+    def _ensure(self) -> int:
         if self.alive():
             assert self.pid is not None
             return self.pid
@@ -78,14 +88,18 @@ class Sandbox:
         spec = LaunchSpec((UNSHARE, "--ipc", "--uts", "--", SLEEP, "infinity"), {"PATH": "/usr/bin:/bin"})
         sp = spawn(spec, os.path.join(self.state_dir, "sandbox.log"), self.procs_files(),
                    clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
-        # unshare execs sleep in the new namespaces: wait until it did (the namespaces differ from ours)
-        for _ in range(1000):
+        # unshare execs sleep in the new namespaces: wait until it did (the namespaces differ from
+        # ours). Sleeping, not spinning with sched_yield: the wait is the same (10-20 ms at load 20
+        # on 2 CPUs) and the spin's CPU, taken from the shim and unshare it waits for, goes
+        # (thread CPU per start p50 2.2 -> 1.5 ms, interleaved runs of 30)
+        deadline = time.monotonic() + NAMESPACES_TIMEOUT_S
+        while time.monotonic() < deadline:
             try:
                 if os.readlink(f"/proc/{sp.pid}/ns/uts") != os.readlink("/proc/self/ns/uts"):
                     break
             except OSError:
                 break
-            os.sched_yield()
+            time.sleep(NAMESPACES_POLL_S)
         atomic_write(self.record_path, json.dumps({"pid": sp.pid, "startTime": sp.start_time}).encode())
         self.pid, self.start_time = sp.pid, sp.start_time
         log.info("sandbox_started", pid=sp.pid, dir=self.state_dir)
