@@ -37,6 +37,7 @@ from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.apiserver.tokenrequest import ServiceAccountTokens, add_token_request
+from nodeagent.cluster.apiserver.whoami import add_self_subject_review
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
@@ -100,6 +101,7 @@ class ControlPlane:
         self.registry: Registry | None = None
         self.tokens: ServiceAccountTokens | None = None  # service-account tokens, when security is on
         self.controllers: ControllerManager | None = None
+        self.root_ca: str | None = None  # the CA bundle verifying the serving certificate, when the server made it
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -139,6 +141,7 @@ class ControlPlane:
             if self.tokens is not None:
                 add_token_request(registry, settings, self.tokens)  # kubectl create token
             add_binding(registry, settings)
+            add_self_subject_review(registry, self.clock)  # kubectl auth whoami
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
             credentials = await agent_credentials(self.config, self.clock)  # how the server dials the agents
@@ -227,7 +230,7 @@ class ControlPlane:
                                                        metrics=metrics.window,
                                                        hpa=hpa_settings(self.config, metrics.rate_window),
                                                        external_metrics=external,
-                                                       vpa=vpa_settings(self.config))
+                                                       vpa=vpa_settings(self.config), root_ca=self.root_ca)
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()
@@ -246,6 +249,8 @@ class ControlPlane:
                                   anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode,
                                   token_authenticators=[self.tokens.verifier])
         cert = sec_config.tls_cert_file or pki.serving_cert_file
+        if not sec_config.tls_cert_file:  # a configured certificate's CA is not known here: nothing to publish
+            self.root_ca = pki.server_ca.cert_pem.decode()
         key = sec_config.tls_private_key_file or pki.serving_key_file
         tls = server_ssl_context(cert, key, sec_config.client_ca_file or pki.client_ca_file)
         ctx = Context(field_manager="nodeagent-bootstrap")
