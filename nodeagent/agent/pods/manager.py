@@ -440,6 +440,10 @@ class PodManager:
         lines = logs.tail(source.path, tail if tail is not None else 10**9)
         return "".join(line + "\n" for line in lines)
 
+    def live_log_dirs(self) -> list[str]:
+        """The log directories of every container the agent runs (what the log clock watches)."""
+        return [cw.config.log_dir for worker in self.pods.values() for cw in worker.workers.values()]
+
     def rotate_logs(self) -> None:
         """Rotate every container's current log that grew past its size (blocking: call in a thread)."""
         for worker in list(self.pods.values()):
