@@ -34,6 +34,7 @@ from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
 from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.attach import AttachTarget
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.logclock import LogClock
 from nodeagent.agent.runtime.logs import LogSource
@@ -113,6 +114,9 @@ class ManagerBackend:
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         return self.manager.exec_target(namespace, name, container)
+
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        return self.manager.attach_target(namespace, name, container)
 
     def events(self) -> list[dict[str, Any]]:
         return self.recorder.list()

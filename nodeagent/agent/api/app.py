@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from nodeagent.agent.api.attach import attach_handler
 from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists, DurabilityError
 from nodeagent.agent.api.exec import exec_handler
 from nodeagent.agent.api.metrics import Metrics
@@ -283,6 +284,10 @@ async def exec_pod(request: web.Request) -> web.StreamResponse:
     return await exec_handler(request, _backend(request))
 
 
+async def attach_pod(request: web.Request) -> web.StreamResponse:
+    return await attach_handler(request, _backend(request))
+
+
 async def reload_config(request: web.Request) -> web.Response:
     """Re-read the config file; 200 with what was applied, 422 with the errors if it was rejected."""
     result = await _backend(request).reload_config()
@@ -319,6 +324,7 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authentica
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
     app.router.add_get(pod + "/exec", exec_pod)
+    app.router.add_get(pod + "/attach", attach_pod)
     app.router.add_get(pod + "/resize", get_pod)
     app.router.add_patch(pod + "/resize", resize_pod)
     app.router.add_get("/api/v1/events", list_events)

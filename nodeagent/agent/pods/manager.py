@@ -46,6 +46,7 @@ from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import scan_shims
+from nodeagent.agent.runtime.attach import AttachTarget, AttachUnavailable
 from nodeagent.agent.runtime.exec_session import ExecUnavailable
 from nodeagent.agent.runtime.state import Running, Waiting
 from nodeagent.agent.stats.targets import PodTarget
@@ -409,6 +410,19 @@ class PodManager:
                     and cw.status.restart_count == run and cw.pid is not None)
 
         return logs.LogSource(path, running)
+
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        """Where `kubectl attach` reads and writes (see AgentBackend.attach_target): the current
+        run's log while it runs, and its stdin FIFO when the container has `stdin: true`."""
+        source = self.log_source(namespace, name, container)
+        if source is None:
+            return None
+        worker = self.pods[(namespace, name)]
+        container = container or worker.plan.containers[0].name  # log_source checked there is only one
+        plan = worker.plan.any_container(container)
+        if plan is None or not source.running():
+            raise AttachUnavailable(f'container "{container}" in pod "{name}" is not running')
+        return AttachTarget(source, plan.config.launch.stdin)
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
