@@ -30,6 +30,7 @@ from nodeagent.cluster.apiserver.custom_metrics_api import add_custom_metrics
 from nodeagent.cluster.apiserver.eviction import add_eviction
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
+from nodeagent.cluster.apiserver.nodeproxy import add_node_proxy
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
 from nodeagent.cluster.apiserver.podexec import add_pod_attach, add_pod_exec
 from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
@@ -148,6 +149,7 @@ class ControlPlane:
             pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
             add_pod_exec(settings, pod_log)  # kubectl exec
             add_pod_attach(settings, pod_log)  # kubectl attach
+            add_node_proxy(settings, pod_log)  # GET nodes/<n>/proxy/<path>
             metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top, the HPA
             external = add_custom_metrics(metrics, self.config)  # custom and external metrics APIs
             await self._controller_manager(registry, tasks, metrics.store, external)
