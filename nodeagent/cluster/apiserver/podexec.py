@@ -76,7 +76,8 @@ async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericSto
             url, params=query, protocols=(ready.protocol,), headers=proxy.headers(url),
             timeout=aiohttp.ClientWSTimeout(ws_close=5.0), heartbeat=30.0)
     except (aiohttp.ClientError, TimeoutError, OSError) as e:
-        log.warning("pod_stream_agent_unreachable", subresource=subresource, node=node_name, url=base, error=f"{type(e).__name__}: {e}")
+        log.warning("pod_stream_agent_unreachable", subresource=subresource, node=node_name, url=base,
+                    error=f"{type(e).__name__}: {e}")
         raise errors.unavailable(f'the agent of node "{node_name}" cannot be reached: {type(e).__name__}') from None
     try:
         await client_ws.prepare(request)
