@@ -34,7 +34,9 @@ from nodeagent.agent.pods.checkpoint import CheckpointStore
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.worker import PodEnv
 from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.attach import AttachTarget
 from nodeagent.agent.runtime.backoff import CrashBackoff
+from nodeagent.agent.runtime.logclock import LogClock
 from nodeagent.agent.runtime.logs import LogSource
 from nodeagent.core.clock import SystemClock
 from nodeagent.core.downward import NodeFacts
@@ -113,6 +115,9 @@ class ManagerBackend:
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         return self.manager.exec_target(namespace, name, container)
 
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        return self.manager.attach_target(namespace, name, container)
+
     def events(self) -> list[dict[str, Any]]:
         return self.recorder.list()
 
@@ -155,6 +160,11 @@ class Agent:
             await self.manager.restore()
             self.sync = PodSync(self.manager, "n1", timeout=3.0, watch_timeout=5, events=events)
             runner = await self._serve_api(events)
+            clock = LogClock()  # the daemon's per-line log times, fed as it feeds it
+            clock.start()
+            manager = self.manager
+            manager.listeners.append(lambda: clock.sync(manager.live_log_dirs()))
+            clock.sync(manager.live_log_dirs())  # the pods restored
             ready.set()
             port = self.api_port or 10250
             node = control_plane_loop(lambda: self.config, lambda: NODE, lambda: port,
@@ -163,9 +173,11 @@ class Agent:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(node)
                     group.create_task(pod_sync_loop(lambda: self.config, self.sync))
+                    group.create_task(clock.run())
             except asyncio.CancelledError:
                 pass
             finally:
+                clock.close()
                 if runner is not None:
                     await runner.cleanup()
                 await self.manager.wait_stopping()

@@ -267,7 +267,19 @@ async def test_logs(client: TestClient, backend: FakeBackend) -> None:
     assert await r.text() == "two\nthree\n"  # the run is over: following ends at its end
     body = await status_of(await client.get(base, params={"previous": "true"}), 400, "BadRequest")
     assert body["message"] == 'previous terminated container "app" in pod "web" not found'
-    for bad in ({"limitBytes": "0"}, {"follow": "maybe"}, {"timestamps": "true"}, {"sinceSeconds": "10"}):
+    path = os.path.join(backend.log_dir.name, "default_web.log")  # times: a side file beside the log
+    with open(path + ".times", "w") as f:
+        f.write(f"4 {1_700_000_000 * 10**9}\n8 {1_700_000_001 * 10**9 + 5}\n")
+    r = await client.get(base, params={"timestamps": "true"})  # "three" is not marked: the file's mtime
+    first, second, third = (await r.text()).splitlines()
+    assert (first, second) == ("2023-11-14T22:13:20.000000000Z one", "2023-11-14T22:13:21.000000005Z two")
+    assert third.endswith("Z three") and third[:4] >= "2026"
+    r = await client.get(base, params={"sinceTime": "2023-11-14T22:13:20.5Z"})
+    assert await r.text() == "two\nthree\n"
+    r = await client.get(base, params={"sinceSeconds": "10", "tailLines": "1"})
+    assert await r.text() == "three\n"
+    for bad in ({"limitBytes": "0"}, {"follow": "maybe"}, {"timestamps": "maybe"}, {"sinceSeconds": "x"},
+                {"sinceTime": "yesterday"}):
         await status_of(await client.get(base, params=bad), 400, "BadRequest")
     await status_of(await client.get(base, params={"container": "nope"}), 404, "NotFound")
     await status_of(await client.get(base, params={"tailLines": "-3"}), 400, "BadRequest")

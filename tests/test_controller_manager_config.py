@@ -10,7 +10,7 @@ from nodeagent.core.clock import FakeClock
 from nodeagent.daemonkit.configfile import ConfigError
 
 ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished", "daemonset",
-       "nodelifecycle", "disruption", "horizontalpodautoscaling", "vpa-recommender", "vpa-updater"]
+       "nodelifecycle", "disruption", "horizontalpodautoscaling", "vpa-recommender", "vpa-updater", "serviceaccount", "root-ca-cert-publisher"]
 
 
 @pytest.mark.parametrize(("value", "enabled"), [
@@ -20,7 +20,8 @@ ALL = ["replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-af
     (["replicaset"], ["replicaset"]),
     (["*", "-garbagecollector"], ["replicaset", "deployment", "job", "cronjob", "ttl-after-finished",
                                   "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling",
-                                  "vpa-recommender", "vpa-updater"]),
+                                  "vpa-recommender", "vpa-updater", "serviceaccount",
+                                  "root-ca-cert-publisher"]),
     (["deployment", "replicaset"], ["replicaset", "deployment"]),
     (["-deployment"], []),
     (["job", "ttl-after-finished"], ["job", "ttl-after-finished"]),

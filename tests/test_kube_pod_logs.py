@@ -8,9 +8,13 @@ the pods as real processes. The real kubectl and the official Python client read
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -78,8 +82,6 @@ def test_logs_container_tail_limit_and_the_multi_container_error(cluster: tuple[
                          check=False)
     assert 'PodLogOptions "two" is invalid: tailLines: Invalid value: -5: must be greater than or equal to 0' \
         in res.stderr, res.stderr
-    res = server.kubectl("logs", "two", "-c", "a", "--timestamps", check=False)
-    assert res.returncode != 0 and "timestamps is not supported" in res.stderr, res.stderr
     res = server.kubectl("logs", "nosuch", check=False)
     assert res.returncode != 0 and 'pods "nosuch" not found' in res.stderr, res.stderr
     discovery = json.loads(server.kubectl("get", "--raw", "/api/v1").stdout)
@@ -112,6 +114,39 @@ def test_follow_streams_new_lines_and_ends_with_the_container(cluster: tuple[Sec
             proc.wait()
     reader.join(5)
     assert lines == ["before\n", "after\n", "last\n"]
+
+
+def test_timestamps_since_and_since_time(cluster: tuple[SecureServer, Agent]) -> None:
+    """Lines written 3 s apart: --timestamps prefixes the kubelet's RFC 3339 (nine digits) times,
+    in order and as far apart; --since=1s and --since-time keep the later lines only; plain logs are
+    the bytes the container wrote."""
+    server, _ = cluster
+    gate = server.tmp / "times-gate"
+    apply(server, pod_manifest("clocked", f"echo early; echo early2; while [ ! -e {gate} ]; do sleep 0.05; done; "
+                                          "echo late; exec sleep 300", grace=1))
+    ready(server, "clocked")
+    until(lambda: server.kubectl("logs", "clocked").stdout == "early\nearly2\n", 10, "the early lines")
+    time.sleep(3)
+    gate.touch()
+    until(lambda: server.kubectl("logs", "clocked").stdout == "early\nearly2\nlate\n", 10, "the late line")
+    out = server.kubectl("logs", "clocked", "--timestamps").stdout.splitlines()
+    stamps = [line.split(" ", 1) for line in out]
+    assert [text for _, text in stamps] == ["early", "early2", "late"]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z", t) for t, _ in stamps), out
+    times = [datetime.fromisoformat(t[:26] + "+00:00") for t, _ in stamps]
+    assert times[0] <= times[1] < times[2] and (times[2] - times[1]).total_seconds() >= 2.9, out
+    assert abs((datetime.now(UTC) - times[2]).total_seconds()) < 30
+    since = math.ceil((datetime.now(UTC) - times[2]).total_seconds()) + 1  # past "late", well short of "early2"
+    assert server.kubectl("logs", "clocked", f"--since={since}s").stdout == "late\n"
+    assert server.kubectl("logs", "clocked", "--since=1h").stdout == "early\nearly2\nlate\n"
+    since = stamps[2][0]
+    assert server.kubectl("logs", "clocked", f"--since-time={since}").stdout == "late\n"
+    assert server.kubectl("logs", "clocked", f"--since-time={stamps[0][0]}", "--timestamps", "--tail=2").stdout \
+        == "\n".join(out[1:]) + "\n"
+    assert server.kubectl("logs", "clocked", "--timestamps", "--limit-bytes=10").stdout == out[0][:10]
+    res = server.kubectl("get", "--raw", "/api/v1/namespaces/default/pods/clocked/log?sinceTime=yesterday",
+                         check=False)
+    assert res.returncode != 0 and "sinceTime" in res.stderr, res.stderr
 
 
 def test_previous_reads_the_run_before(cluster: tuple[SecureServer, Agent]) -> None:

@@ -61,6 +61,7 @@ from nodeagent.agent.pods.eviction_access import PodEvictionAccess
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.agent.pods.worker import PodEnv
+from nodeagent.agent.runtime.logclock import LogClock
 from nodeagent.agent.runtime.oci import select as oci_select
 from nodeagent.agent.runtime.oci.runtime import OciRuntime
 from nodeagent.agent.stats.sampler import Sampler
@@ -179,6 +180,7 @@ class Agent:
                      volume_refresh_period=config.volume_refresh_period)
         self.pods = PodManager(env, checkpoints, allocatable=allocatable.allocatable,
                                enforced_allocatable=allocatable.enforced_limits, max_pods=config.max_pods)
+        self.log_clock = LogClock(clock)  # per-line log times (kubectl logs --timestamps/--since)
         self.observer = NodeObserver(driver, config.nodefs_path or config.state_dir,
                                      config.imagefs_path or config.nodefs_path or config.state_dir,
                                      enforced_memory, clock.now)
@@ -277,10 +279,14 @@ class Agent:
             try:
                 await self.static.sync()
                 await asyncio.to_thread(self.pods.rotate_logs)
+                self._sync_log_clock()  # a directory not there at the last change
                 self.pods.update_qos_cgroups(force=True)
                 self.notifier.status(self.status_line())
             except Exception:
                 log.exception("housekeeping_failed")
+
+    def _sync_log_clock(self) -> None:
+        self.log_clock.sync(self.pods.live_log_dirs())
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -353,6 +359,10 @@ class Agent:
         log.debug("startup_heap_frozen", objects=frozen)
         self.tasks.start(self.eviction.run(), name="eviction", forever=True)
         self.tasks.start(self.housekeeping(), name="housekeeping", forever=True)
+        self.log_clock.start()
+        self.pods.listeners.append(self._sync_log_clock)
+        self._sync_log_clock()
+        self.tasks.start(self.log_clock.run(), name="log-clock", forever=True)
         self.tasks.start(self.sampler.run(), name="stats", forever=True)
         self.tasks.start(self.images.gc_loop(), name="image-gc", forever=True)  # every 5 min, as the kubelet
         # pings from the loop while every component makes progress (see the module docstring)
@@ -379,6 +389,7 @@ class Agent:
             await self.runner.cleanup()
             unlink_unix_socket(self.config.unix_socket)
         self.wakeups.close()
+        self.log_clock.close()
         await self.pods.wait_stopping()
         await self.pods.detach_all()
         await self.objects.close()

@@ -30,13 +30,15 @@ from nodeagent.cluster.apiserver.custom_metrics_api import add_custom_metrics
 from nodeagent.cluster.apiserver.eviction import add_eviction
 from nodeagent.cluster.apiserver.kubeapi import create_kube_app
 from nodeagent.cluster.apiserver.metrics_api import agent_credentials, start_metrics
+from nodeagent.cluster.apiserver.nodeproxy import add_node_proxy
 from nodeagent.cluster.apiserver.openapi import CatalogOpenAPI
-from nodeagent.cluster.apiserver.podexec import add_pod_exec
+from nodeagent.cluster.apiserver.podexec import add_pod_attach, add_pod_exec
 from nodeagent.cluster.apiserver.podlog import AgentProxy, add_pod_log
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.apiserver.scale import to_scale
 from nodeagent.cluster.apiserver.security import EscalationAdmission, Security, build_security
 from nodeagent.cluster.apiserver.tokenrequest import ServiceAccountTokens, add_token_request
+from nodeagent.cluster.apiserver.whoami import add_self_subject_review
 from nodeagent.cluster.auth.encryption import load_encryption_config
 from nodeagent.cluster.auth.pki import default_hosts, ensure_pki, server_ssl_context
 from nodeagent.cluster.auth.rbac import bootstrap
@@ -100,6 +102,7 @@ class ControlPlane:
         self.registry: Registry | None = None
         self.tokens: ServiceAccountTokens | None = None  # service-account tokens, when security is on
         self.controllers: ControllerManager | None = None
+        self.root_ca: str | None = None  # the CA bundle verifying the serving certificate, when the server made it
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -139,11 +142,14 @@ class ControlPlane:
             if self.tokens is not None:
                 add_token_request(registry, settings, self.tokens)  # kubectl create token
             add_binding(registry, settings)
+            add_self_subject_review(registry, self.clock)  # kubectl auth whoami
             add_eviction(registry, settings)
             recorder = await self._scheduler(registry, tasks)
             credentials = await agent_credentials(self.config, self.clock)  # how the server dials the agents
             pod_log = add_pod_log(registry, settings, credentials)  # kubectl logs
             add_pod_exec(settings, pod_log)  # kubectl exec
+            add_pod_attach(settings, pod_log)  # kubectl attach
+            add_node_proxy(settings, pod_log)  # GET nodes/<n>/proxy/<path>
             metrics = await start_metrics(registry, self.config, self.clock, tasks, credentials)  # kubectl top, the HPA
             external = add_custom_metrics(metrics, self.config)  # custom and external metrics APIs
             await self._controller_manager(registry, tasks, metrics.store, external)
@@ -227,7 +233,7 @@ class ControlPlane:
                                                        metrics=metrics.window,
                                                        hpa=hpa_settings(self.config, metrics.rate_window),
                                                        external_metrics=external,
-                                                       vpa=vpa_settings(self.config))
+                                                       vpa=vpa_settings(self.config), root_ca=self.root_ca)
         for (api_version, kind), informer in manager.informers.items():
             feed = Feed(client.store(api_version, kind), informer.apply)
             await feed.relist()
@@ -246,6 +252,8 @@ class ControlPlane:
                                   anonymous_paths=sec_config.anonymous_auth_paths, modes=sec_config.authorization_mode,
                                   token_authenticators=[self.tokens.verifier])
         cert = sec_config.tls_cert_file or pki.serving_cert_file
+        if not sec_config.tls_cert_file:  # a configured certificate's CA is not known here: nothing to publish
+            self.root_ca = pki.server_ca.cert_pem.decode()
         key = sec_config.tls_private_key_file or pki.serving_key_file
         tls = server_ssl_context(cert, key, sec_config.client_ca_file or pki.client_ca_file)
         ctx = Context(field_manager="nodeagent-bootstrap")

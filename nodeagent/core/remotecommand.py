@@ -58,6 +58,15 @@ def exec_options(query: Any) -> ExecOptions:
     return opts
 
 
+def attach_options(query: Any) -> ExecOptions:
+    """PodAttachOptions (no command); ValueError when no stream is asked for."""
+    opts = ExecOptions(command=(), container=query.get("container", ""), stdin=_flag(query, "stdin"),
+                       stdout=_flag(query, "stdout"), stderr=_flag(query, "stderr"), tty=_flag(query, "tty"))
+    if not (opts.stdin or opts.stdout or opts.stderr):
+        raise ValueError("you must specify at least 1 of stdin, stdout, stderr")
+    return opts
+
+
 def query_of(opts: ExecOptions) -> list[tuple[str, str]]:
     """The query that says the same (for the hop from the server to the agent)."""
     out = [("command", c) for c in opts.command]

@@ -29,6 +29,7 @@ from nodeagent.agent.pods.errors import AdmissionError
 from nodeagent.agent.pods.manager import PodManager
 from nodeagent.agent.pods.static_sync import StaticPodSync
 from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.attach import AttachTarget
 from nodeagent.agent.runtime.logs import LogSource
 from nodeagent.core.clock import Clock
 
@@ -80,6 +81,9 @@ class Backend(AgentBackend, SnapshotProvider):
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         return self.pods.exec_target(namespace, name, container)
+
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        return self.pods.attach_target(namespace, name, container)
 
     def events(self) -> list[dict[str, Any]]:
         return self.recorder.list()

@@ -7,14 +7,16 @@ objects (see api/status.py); all policy lives behind AgentBackend.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from aiohttp import web
 
+from nodeagent.agent.api.attach import attach_handler
 from nodeagent.agent.api.backend import AdmissionError, AgentBackend, AlreadyExists, DurabilityError
 from nodeagent.agent.api.exec import exec_handler
 from nodeagent.agent.api.metrics import Metrics
-from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime import logs, logtimes
 from nodeagent.core.errors import FieldError, ValidationErrors
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.auth import Authenticator
@@ -184,21 +186,32 @@ FOLLOW_POLL_S = 0.2  # how often a follower looks for new output (the container 
 LOG_CHUNK = 256 * 1024
 
 
+def _since_ns(request: web.Request) -> int | None:
+    """sinceSeconds or sinceTime as a wall time in ns (the kubelet takes either, the server
+    refuses both at once); bad values are a 400 naming the parameter."""
+    seconds = _int_param(request, "sinceSeconds")
+    if seconds is not None:
+        return time.time_ns() - seconds * 1_000_000_000
+    raw = request.query.get("sinceTime")
+    if not raw:
+        return None
+    try:
+        return logtimes.parse_time_ns(raw)
+    except ValueError:
+        raise StatusError(400, f"sinceTime must be an RFC 3339 time, got {raw[:40]!r}") from None
+
+
 async def read_log(request: web.Request) -> web.StreamResponse:
     """GET pods/<name>/log, the kubelet's containerLogs: container, previous, tailLines, limitBytes,
-    follow (stream until the run ends or the client goes). The container writes its log file
-    itself, so no line carries the time it was written: timestamps, sinceSeconds and sinceTime
-    are refused (400) rather than answered with invented times."""
+    follow (stream until the run ends or the client goes), timestamps, sinceSeconds, sinceTime.
+    The container writes its log file itself; the times of its lines come from the side file the
+    log clock keeps (runtime/logtimes.py), and only a request for them reads it."""
     ns, name = request.match_info["ns"], request.match_info["name"]
     container = request.query.get("container") or None
     tail = _int_param(request, "tailLines")
     limit = _int_param(request, "limitBytes")
     follow, previous = _bool_param(request, "follow"), _bool_param(request, "previous")
-    for key in ("sinceSeconds", "sinceTime"):
-        if request.query.get(key):
-            raise StatusError(400, f"{key} is not supported: this node's container logs carry no per-line times")
-    if _bool_param(request, "timestamps"):
-        raise StatusError(400, "timestamps is not supported: this node's container logs carry no per-line times")
+    timestamps, since = _bool_param(request, "timestamps"), _since_ns(request)
     if limit == 0:
         raise StatusError(400, "limitBytes must be greater than 0")
     try:
@@ -216,12 +229,18 @@ async def read_log(request: web.Request) -> web.StreamResponse:
         reader = logs.LogReader(source.path, size, until_size=None if follow else size)
     else:
         head, reader = b"", await asyncio.to_thread(logs.LogReader.whole, source.path, follow=follow)
+        size = -1
+    lines = None
+    if timestamps or since is not None:
+        lines = await asyncio.to_thread(_line_clock, source, head, size, timestamps, since)
     resp = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
     left = limit if limit is not None else -1
     try:
         await resp.prepare(request)
         chunk = head
         while True:
+            if lines is not None:
+                chunk = lines.feed(chunk)
             if chunk:
                 if left >= 0:
                     chunk = chunk[:left]
@@ -233,6 +252,9 @@ async def read_log(request: web.Request) -> web.StreamResponse:
             chunk = await asyncio.to_thread(reader.read, LOG_CHUNK)
             if not chunk:
                 if not alive:
+                    rest = lines.feed(b"", final=True) if lines is not None else b""
+                    if rest:
+                        await resp.write(rest[:left] if left >= 0 else rest)
                     break
                 await asyncio.sleep(FOLLOW_POLL_S)
         await resp.write_eof()
@@ -243,8 +265,27 @@ async def read_log(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+def _line_clock(source: logs.LogSource, head: bytes, live_size: int, timestamps: bool,
+                since: int | None) -> logtimes.LineClock:
+    """Blocking: the run's times, and where the bytes about to be read start in the run."""
+    times = logtimes.load(source.path)
+    start = times.base + live_size - len(head) if live_size >= 0 else logtimes.stream_start(source.path, times)
+    if source.running():
+        fallback = time.time_ns
+    else:
+        mtime = logtimes.mtime_ns(source.path)
+
+        def fallback() -> int:
+            return mtime
+    return logtimes.LineClock(times, start, timestamps=timestamps, since_ns=since, fallback=fallback)
+
+
 async def exec_pod(request: web.Request) -> web.StreamResponse:
     return await exec_handler(request, _backend(request))
+
+
+async def attach_pod(request: web.Request) -> web.StreamResponse:
+    return await attach_handler(request, _backend(request))
 
 
 async def reload_config(request: web.Request) -> web.Response:
@@ -283,6 +324,7 @@ def create_app(backend: AgentBackend, max_body: int = MAX_BODY, auth: Authentica
     app.router.add_delete(pod, delete_pod)
     app.router.add_get(pod + "/log", read_log)
     app.router.add_get(pod + "/exec", exec_pod)
+    app.router.add_get(pod + "/attach", attach_pod)
     app.router.add_get(pod + "/resize", get_pod)
     app.router.add_patch(pod + "/resize", resize_pod)
     app.router.add_get("/api/v1/events", list_events)

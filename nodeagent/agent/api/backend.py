@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from nodeagent.agent.pods.errors import AdmissionError, AlreadyExists, DurabilityError
 from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.runtime.attach import AttachTarget
 from nodeagent.agent.runtime.logs import LogSource
 
 __all__ = ["AdmissionError", "AgentBackend", "AlreadyExists", "DurabilityError"]
@@ -52,6 +53,12 @@ class AgentBackend(Protocol):
         current one with `previous`) and whether its run still writes to it. None if the pod or
         container is unknown; FieldError (400) if no container is named in a pod with several;
         LogUnavailable (400) if there is no such log yet."""
+        ...
+
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        """Where `kubectl attach` reads and writes: the running container's log and its stdin FIFO
+        (runtime/attach.py). None if the pod or container is unknown; FieldError if no container is
+        named in a pod with several; AttachUnavailable or LogUnavailable if it is not running."""
         ...
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:

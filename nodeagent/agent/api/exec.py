@@ -28,42 +28,48 @@ from nodeagent.daemonkit.status import StatusError
 log = structlog.get_logger(__name__)
 
 
-async def _failure(ws: web.WebSocketResponse, message: str, reason: str, code: int) -> web.WebSocketResponse:
+async def failure(ws: web.WebSocketResponse, message: str, reason: str, code: int) -> web.WebSocketResponse:
     await ws.send_bytes(rc.frame(rc.ERROR, rc.failure_status(message, reason, code)))
     await ws.close()
     return ws
 
 
-async def exec_handler(request: web.Request, backend: AgentBackend) -> web.StreamResponse:
-    ns, name = request.match_info["ns"], request.match_info["name"]
+async def upgrade(request: web.Request, what: str) -> tuple[web.WebSocketResponse, str]:
+    """The upgraded WebSocket and its protocol (v5 or v4); a 400 when the request is no upgrade."""
     ws = web.WebSocketResponse(protocols=rc.PROTOCOLS, heartbeat=30.0)
     ready = ws.can_prepare(request)
     if not ready.ok:
-        raise StatusError(400, "Upgrade request required: exec speaks WebSocket (v5.channel.k8s.io)")
+        raise StatusError(400, f"Upgrade request required: {what} speaks WebSocket (v5.channel.k8s.io)")
     if ready.protocol is None:
         raise StatusError(400, f"the client offers none of the protocols {', '.join(rc.PROTOCOLS)}")
     await ws.prepare(request)
+    return ws, ready.protocol
+
+
+async def exec_handler(request: web.Request, backend: AgentBackend) -> web.StreamResponse:
+    ns, name = request.match_info["ns"], request.match_info["name"]
+    ws, protocol = await upgrade(request, "exec")
     try:
         opts = rc.exec_options(request.query)
     except ValueError as e:
-        return await _failure(ws, str(e), "BadRequest", 400)
+        return await failure(ws, str(e), "BadRequest", 400)
     try:
         target = backend.exec_target(ns, name, opts.container or None)
         if target is None:
             what = f'container "{opts.container}" of pod' if opts.container else "pod"
-            return await _failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
+            return await failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
         launch = exec_launch(opts.command, target, tty=opts.tty)
         session = ExecSession.start(launch.spec, launch.procs_files, launch.oom_score_adj, stdin=opts.stdin,
                                     stdout=opts.stdout, stderr=opts.stderr and not opts.tty, tty=opts.tty)
     except (ValueError, ExecUnavailable) as e:  # FieldError is a ValueError
-        return await _failure(ws, str(e), "BadRequest", 400)
+        return await failure(ws, str(e), "BadRequest", 400)
     except OSError as e:
-        return await _failure(ws, f"cannot start {list(opts.command)}: {e}", "InternalError", 500)
+        return await failure(ws, f"cannot start {list(opts.command)}: {e}", "InternalError", 500)
     session.on_kill = launch.kill_exec
     log.info("exec_started", pod=f"{ns}/{name}", container=opts.container, pid=session.pid, tty=opts.tty,
              runtime=target.oci is not None)
     try:
-        code = await _serve(ws, session, v5=ready.protocol == rc.V5)
+        code = await _serve(ws, session, v5=protocol == rc.V5)
     finally:
         session.close()
         launch.release()

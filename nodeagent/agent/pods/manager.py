@@ -46,6 +46,7 @@ from nodeagent.agent.pods.worker import PodEnv, PodWorker
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.runtime import logs
 from nodeagent.agent.runtime.adoption import scan_shims
+from nodeagent.agent.runtime.attach import AttachTarget, AttachUnavailable
 from nodeagent.agent.runtime.exec_session import ExecUnavailable
 from nodeagent.agent.runtime.state import Running, Waiting
 from nodeagent.agent.stats.targets import PodTarget
@@ -410,6 +411,19 @@ class PodManager:
 
         return logs.LogSource(path, running)
 
+    def attach_target(self, namespace: str, name: str, container: str | None) -> AttachTarget | None:
+        """Where `kubectl attach` reads and writes (see AgentBackend.attach_target): the current
+        run's log while it runs, and its stdin FIFO when the container has `stdin: true`."""
+        source = self.log_source(namespace, name, container)
+        if source is None:
+            return None
+        worker = self.pods[(namespace, name)]
+        container = container or worker.plan.containers[0].name  # log_source checked there is only one
+        plan = worker.plan.any_container(container)
+        if plan is None or not source.running():
+            raise AttachUnavailable(f'container "{container}" in pod "{name}" is not running')
+        return AttachTarget(source, plan.config.launch.stdin)
+
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
         working directory and identity while it runs."""
@@ -439,6 +453,10 @@ class PodManager:
             return None
         lines = logs.tail(source.path, tail if tail is not None else 10**9)
         return "".join(line + "\n" for line in lines)
+
+    def live_log_dirs(self) -> list[str]:
+        """The log directories of every container the agent runs (what the log clock watches)."""
+        return [cw.config.log_dir for worker in self.pods.values() for cw in worker.workers.values()]
 
     def rotate_logs(self) -> None:
         """Rotate every container's current log that grew past its size (blocking: call in a thread)."""

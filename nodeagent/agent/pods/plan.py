@@ -28,13 +28,14 @@ which knows whether this process may lower an oom_score_adj.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nodeagent.agent.cgroups import layout
 from nodeagent.agent.cgroups.driver import CgroupSpec
 from nodeagent.agent.lifecycle.init_sequence import supervisor_restart_policy
 from nodeagent.agent.pods.host_process import runs_image
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.attach import fifo_path
 from nodeagent.agent.runtime.spawn import LaunchSpec, container_env
 from nodeagent.agent.runtime.supervisor import ContainerConfig
 from nodeagent.core.downward import EnvResolutionError, EnvSources, NodeFacts, resolve_env
@@ -162,10 +163,14 @@ def plan_pod(pod: Pod, *, state_dir: str, memory_capacity: int,
             resolved: tuple[tuple[str, str], ...] | None = resolve_env(pod, c, facts, sources).env
         except EnvResolutionError as e:
             resolved, error = None, str(e)
+        launch = launch_spec(c, pod, resolved)
+        container_dir = logs.container_dir(log_dir, c.name)
+        if c.stdin and not runs_image(pod, c):  # `kubectl attach -i` writes to it (runtime/attach.py)
+            launch = replace(launch, stdin=fifo_path(container_dir))
         config = ContainerConfig(
             name=c.name,
-            launch=launch_spec(c, pod, resolved),
-            log_dir=logs.container_dir(log_dir, c.name),
+            launch=launch,
+            log_dir=container_dir,
             restart_policy=supervisor_restart_policy(pod.spec.restart_policy, c, init=init),
             oom_score_adj=clamp_oom_score_adj(adj),
             pod_name=meta.name,

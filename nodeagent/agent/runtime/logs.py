@@ -40,7 +40,7 @@ DEFAULT_MAX_FILES = 5  # containerLogMaxFiles
 DIR_MODE = 0o750
 _BLOCK = 64 * 1024
 _FALLOC_FL_COLLAPSE_RANGE = 0x08
-_RUN_LOG = re.compile(r"^(\d+)\.log(?:\.(\d+))?$")
+_RUN_LOG = re.compile(r"^(\d+)\.log(?:\.(\d+))?(?:\.times)?$")  # the times side file too (logtimes.py)
 
 
 def pod_log_dir(state_dir: str, namespace: str, name: str, uid: str) -> str:

@@ -75,6 +75,7 @@ class LaunchSpec:
     working_dir: str = "/"
     run_as_user: int | None = None
     run_as_group: int | None = None
+    stdin: str | None = None  # a FIFO the process reads as its stdin (stdinpipe.py); None: /dev/null
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -200,6 +201,9 @@ def spawn(
     if not os.path.isabs(log_path):
         raise FieldError("log_path", f"{log_path!r} must be an absolute path")
     actions = [
+        # a stdin FIFO is opened read-write: the open does not wait for a writer, and the process
+        # never reads EOF between two `kubectl attach` sessions (the kubelet's stdinOnce=false)
+        (os.POSIX_SPAWN_OPEN, 0, spec.stdin, os.O_RDWR, 0) if spec.stdin else
         (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
         (os.POSIX_SPAWN_DUP2, 1, 2),

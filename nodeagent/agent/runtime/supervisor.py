@@ -46,6 +46,7 @@ import structlog
 
 from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_to_wall
 from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime.attach import recreate_fifo
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
 from nodeagent.agent.runtime.mrelease import MemoryReleaser, default_releaser
@@ -245,6 +246,8 @@ class ContainerWorker:
         try:
             logs.prepare_log_dir(self.config.log_dir)
             logs.prune_runs(self.config.log_dir, self._status.restart_count)
+            if self.config.launch.stdin:
+                recreate_fifo(self.config.launch.stdin)
             files = self.cgroup.procs_files() if self.cgroup else []
             oom_before = self._oom_kills()
             faults.hit("before-spawn")

@@ -1,4 +1,5 @@
-"""`.../pods/<name>/exec`: `kubectl exec` through the server, relayed to the pod's agent over WebSocket.
+"""`.../pods/<name>/exec` and `/attach`: `kubectl exec` and `kubectl attach` through the server,
+relayed to the pod's agent over WebSocket.
 
 kubectl 1.37 first asks for a WebSocket upgrade (GET, `Sec-WebSocket-Protocol: v5.channel.k8s.io`,
 v4 ...) and falls back to SPDY (POST, `Upgrade: SPDY/3.1`) when the upgrade is refused. The server
@@ -38,12 +39,14 @@ log = structlog.get_logger(__name__)
 
 
 async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericStore, ri: RequestInfo,
-                       ctx: Context) -> web.StreamResponse:
+                       ctx: Context, subresource: str = "exec") -> web.StreamResponse:
+    """pods/exec, or pods/attach (the same relay to the agent's endpoint of that name, PodAttachOptions:
+    no command)."""
     if request.method not in ("GET", "POST"):
         raise errors.StatusError(405, "MethodNotAllowed", "the server does not allow this method on the "
                                                           "requested resource")
     try:
-        opts = rc.exec_options(request.query)
+        opts = rc.exec_options(request.query) if subresource == "exec" else rc.attach_options(request.query)
     except ValueError as e:
         raise errors.bad_request(str(e)) from None
     pod = await pods.get(ri.namespace, ri.name)
@@ -53,7 +56,8 @@ async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericSto
         raise errors.bad_request(f"pod {ri.name} does not have a host assigned")
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
-        raise errors.bad_request(f"cannot exec into a container in a completed pod; current phase is {phase}")
+        doing = "exec into" if subresource == "exec" else "attach to"
+        raise errors.bad_request(f"cannot {doing} a container in a completed pod; current phase is {phase}")
     node = await proxy.registry.resource("", "v1", "nodes").get(None, node_name)
     base = agent_url(node)
     if base is None:
@@ -65,14 +69,15 @@ async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericSto
                                  f"protocol ({rc.V5}), not SPDY")
     if ready.protocol is None:
         raise errors.bad_request(f"none of the offered WebSocket protocols is supported: use {rc.V5}")
-    url = f"{base}/api/v1/namespaces/{quote(ri.namespace, safe='')}/pods/{quote(ri.name, safe='')}/exec"
+    url = f"{base}/api/v1/namespaces/{quote(ri.namespace, safe='')}/pods/{quote(ri.name, safe='')}/{subresource}"
     query = rc.query_of(rc.ExecOptions(opts.command, container, opts.stdin, opts.stdout, opts.stderr, opts.tty))
     try:
         agent_ws = await proxy.session().ws_connect(
             url, params=query, protocols=(ready.protocol,), headers=proxy.headers(url),
             timeout=aiohttp.ClientWSTimeout(ws_close=5.0), heartbeat=30.0)
     except (aiohttp.ClientError, TimeoutError, OSError) as e:
-        log.warning("pod_exec_agent_unreachable", node=node_name, url=base, error=f"{type(e).__name__}: {e}")
+        log.warning("pod_stream_agent_unreachable", subresource=subresource, node=node_name, url=base,
+                    error=f"{type(e).__name__}: {e}")
         raise errors.unavailable(f'the agent of node "{node_name}" cannot be reached: {type(e).__name__}') from None
     try:
         await client_ws.prepare(request)
@@ -114,3 +119,14 @@ def add_pod_exec(settings: ApiSettings, proxy: AgentProxy) -> None:
         return await exec_handler(proxy, request, pods, ri, ctx)
 
     settings.add_subresource("", "pods", "exec", handler)
+
+
+def add_pod_attach(settings: ApiSettings, proxy: AgentProxy) -> None:
+    """Serve pods/attach (create and get, as kube-apiserver lists it)."""
+    proxy.registry.catalog.add_subresource(PodStrategy.info,
+                                           Subresource("attach", "PodAttachOptions", ("create", "get")))
+
+    async def handler(request: web.Request, pods: GenericStore, ri: RequestInfo, ctx: Context) -> web.StreamResponse:
+        return await exec_handler(proxy, request, pods, ri, ctx, "attach")
+
+    settings.add_subresource("", "pods", "attach", handler)

@@ -113,6 +113,7 @@ _HPA_V1_SPEC: Schema = {1: ("scaleTargetRef", "msg", _CROSS_REF), 2: ("minReplic
                         3: ("maxReplicas", "int32", None), 4: ("targetCPUUtilizationPercentage", "int32", None)}
 
 KINDS: dict[tuple[str, str], Schema] = {
+    ("authentication.k8s.io/v1", "SelfSubjectReview"): {1: ("metadata", "msg", _META)},  # kubectl auth whoami
     ("autoscaling/v2", "HorizontalPodAutoscaler"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _HPA_V2_SPEC)},
     ("autoscaling/v1", "HorizontalPodAutoscaler"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _HPA_V1_SPEC)},
     ("apps/v1", "Deployment"): {1: ("metadata", "msg", _META), 2: ("spec", "msg", _DEPLOYMENT_SPEC)},

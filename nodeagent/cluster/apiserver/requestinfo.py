@@ -71,7 +71,7 @@ def request_info(method: str, path: str, watch_param: str | None = None) -> Requ
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
     subresource = rest[2] if len(rest) > 2 else ""
-    if len(rest) > 3:
+    if len(rest) > 3 and subresource != "proxy":  # <resource>/<name>/proxy/<path...>: the path is the proxy's
         return RequestInfo(True, path, "", prefix, group, version, namespace, resource, name, subresource,
                            tuple(rest))
     if method in ("GET", "HEAD"):

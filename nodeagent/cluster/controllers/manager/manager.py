@@ -33,6 +33,7 @@ from nodeagent.cluster.controllers.manager.job import JobController, TTLAfterFin
 from nodeagent.cluster.controllers.manager.loop import Controller
 from nodeagent.cluster.controllers.manager.nodelifecycle import NodeLifecycleController, NodeLifecycleSettings
 from nodeagent.cluster.controllers.manager.replicaset import ReplicaSetController
+from nodeagent.cluster.controllers.manager.serviceaccount import RootCACertPublisher, ServiceAccountsController
 from nodeagent.cluster.controllers.manager.vertical import PodActions, VerticalSettings, VPARecommender, VPAUpdater
 from nodeagent.core.clock import Clock
 
@@ -40,7 +41,7 @@ log = structlog.get_logger(__name__)
 
 CONTROLLERS = ("replicaset", "deployment", "garbagecollector", "job", "cronjob", "ttl-after-finished",
                "daemonset", "nodelifecycle", "disruption", "horizontalpodautoscaling", "vpa-recommender",
-               "vpa-updater")
+               "vpa-updater", "serviceaccount", "root-ca-cert-publisher")
 # what the garbage collector's graph spans: the kinds that own or are owned in this slice
 GC_KINDS = (
     ("v1", "Pod"),
@@ -65,6 +66,8 @@ COMPONENTS = {
     "horizontalpodautoscaling": "horizontal-pod-autoscaler",
     "vpa-recommender": "vpa-recommender",
     "vpa-updater": "vpa-updater",
+    "serviceaccount": "service-account-controller",
+    "root-ca-cert-publisher": "root-ca-cert-publisher",
 }
 
 
@@ -74,12 +77,15 @@ class ControllerManager:
                  node_lifecycle: NodeLifecycleSettings | None = None,
                  scales: Scales | None = None, metrics: SampleWindow | None = None,
                  hpa: HorizontalSettings | None = None, external_metrics: ExternalSource | None = None,
-                 pod_actions: PodActions | None = None, vpa: VerticalSettings | None = None) -> None:
+                 pod_actions: PodActions | None = None, vpa: VerticalSettings | None = None,
+                 root_ca: str | None = None) -> None:
         """`scales`: the scale subresource the HPA and the VPA read (the client's when it has one);
         `metrics`: the server's sample window the HPA and the VPA recommender read pods' usage from
         (None: no metrics); `external_metrics`: where the HPA's External metrics come from (None: not
         served); `pod_actions`: pods/eviction and pods/resize for the VPA updater (the client's when
-        it has them)."""
+        it has them); `root_ca`: the PEM bundle verifying the server's serving certificate, published in
+        every namespace (None: the server has no TLS, so root-ca-cert-publisher has nothing to publish
+        and does not run)."""
         unknown = sorted(set(enabled) - set(CONTROLLERS))
         if unknown:
             raise ValueError(f"unknown controllers: {', '.join(unknown)}")
@@ -145,6 +151,19 @@ class ControllerManager:
             self.controllers.append(self.horizontal)
         if "vpa-recommender" in enabled or "vpa-updater" in enabled:
             self._vertical(client, clock, enabled, recorder, scales, metrics, pod_actions, vpa)
+        if "serviceaccount" in enabled:
+            self.serviceaccount = ServiceAccountsController(
+                clock, client, namespaces=self.informer("v1", "Namespace"),
+                serviceaccounts=self.informer("v1", "ServiceAccount"))
+            self.controllers.append(self.serviceaccount)
+        if "root-ca-cert-publisher" in enabled:
+            if root_ca is None:
+                log.info("root_ca_cert_publisher_off", reason="the server serves no TLS: no CA to publish")
+            else:
+                self.root_ca_publisher = RootCACertPublisher(
+                    clock, client, namespaces=self.informer("v1", "Namespace"),
+                    configmaps=self.informer("v1", "ConfigMap"), root_ca=root_ca)
+                self.controllers.append(self.root_ca_publisher)
 
     def _vertical(self, client: Client, clock: Clock, enabled: Collection[str],
                   recorder: Callable[[str], Recorder | None], scales: Scales | None, metrics: SampleWindow | None,

