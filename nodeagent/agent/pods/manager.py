@@ -88,7 +88,8 @@ class PodManager:
         self.pods: dict[tuple[str, str], PodWorker] = {}
         self._dirty: set[tuple[str, str]] = set()
         self._saver: asyncio.Task[None] | None = None
-        self._tasks = GuardedTasks("pods")  # checkpoint writes, pods stopping
+        self._tasks = GuardedTasks("pods")  # checkpoint writes
+        self._stopping = GuardedTasks("pods stopping")  # left to the next agent at shutdown (detach_all)
         self._lock = asyncio.Lock()
         self._qos_applied: dict[str, CgroupSpec] = {}
         self._recorded_uids: set[str] = set()  # every uid restore() read, even of a record it could not plan
@@ -360,7 +361,7 @@ class PodManager:
                 self.update_qos_cgroups()
                 self._changed(worker)
 
-        return self._tasks.start(run(), name=f"stop:{worker.pod.key}")
+        return self._stopping.start(run(), name=f"stop:{worker.pod.key}")
 
     async def _remove(self, worker: PodWorker) -> None:
         """A stopped pod leaves the list, its logs and its record."""
@@ -452,10 +453,16 @@ class PodManager:
     # ---- shutdown ----
     async def wait_stopping(self) -> None:
         """Wait until the pods being stopped are stopped (and their checkpoints written)."""
+        await self._stopping.drain()
         await self._tasks.drain()
 
     async def detach_all(self) -> None:
-        """Agent shutdown: checkpoint, then let go of every process (they keep running)."""
+        """Agent shutdown: checkpoint, then let go of every process (they keep running).
+
+        A pod being stopped is not waited for (its grace period may be long, a process may
+        ignore SIGTERM): its termination is in its record, and the next agent carries it on
+        with the grace that is left."""
+        await self._stopping.cancel_running()
         await self.resizes.close()
         for w in self.pods.values():
             self._changed(w)
