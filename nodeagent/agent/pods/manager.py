@@ -373,12 +373,9 @@ class PodManager:
         self.update_qos_cgroups()
         self._changed(worker)
 
-    def log_source(self, namespace: str, name: str, container: str | None,
-                   previous: bool = False) -> logs.LogSource | None:
-        """Where a container's log is: its current run's file (or the run before it with
-        `previous`) and whether that run still writes to it. None if the pod or the container is
-        unknown; FieldError if no container is named and the pod has several; LogUnavailable (the
-        kubelet's words) if the container has not started yet or has no previous run."""
+    def _container(self, namespace: str, name: str, container: str | None) -> tuple[PodWorker, str] | None:
+        """The pod and the container a request names or, when it names none, the pod's only app
+        container (FieldError when it has several); None if either is unknown."""
         worker = self.pods.get((namespace, name))
         if worker is None:
             return None
@@ -387,8 +384,18 @@ class PodManager:
             if len(names) != 1:
                 raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
             container = names[0]
-        if worker.plan.any_container(container) is None:
+        return (worker, container) if worker.plan.any_container(container) is not None else None
+
+    def log_source(self, namespace: str, name: str, container: str | None,
+                   previous: bool = False) -> logs.LogSource | None:
+        """Where a container's log is: its current run's file (or the run before it with
+        `previous`) and whether that run still writes to it. None if the pod or the container is
+        unknown; FieldError if no container is named and the pod has several; LogUnavailable (the
+        kubelet's words) if the container has not started yet or has no previous run."""
+        found = self._container(namespace, name, container)
+        if found is None:
             return None
+        worker, container = found
         cw = worker.workers.get(container)
         if cw is None:
             raise logs.LogUnavailable(f'container "{container}" in pod "{name}" is waiting to start: '
@@ -414,17 +421,10 @@ class PodManager:
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
         working directory and identity while it runs."""
-        worker = self.pods.get((namespace, name))
-        if worker is None:
+        found = self._container(namespace, name, container)
+        if found is None:
             return None
-        if container is None:
-            names = [c.name for c in worker.plan.containers]
-            if len(names) != 1:
-                raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
-            container = names[0]
-        plan = worker.plan.any_container(container)
-        if plan is None:
-            return None
+        worker, container = found
         target = worker.exec_target(container, interactive=True)
         if target is None:
             raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
