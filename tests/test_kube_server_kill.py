@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube.secure_server import SecureServer
+from kube.secure_server import ROOT, SecureServer
 from test_kube_clients import KUBECTL, Server
-from test_kube_serviceaccount_tokens import ROOT, as_token, authenticated_as
+from test_kube_serviceaccount_tokens import as_token, authenticated_as
 
 from nodeagent.daemonkit.faults import ENV
 
