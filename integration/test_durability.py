@@ -148,6 +148,32 @@ def test_a_delete_is_carried_on_after_a_kill(make_agent: Callable[..., AgentProc
     assert starts(runs, "d") == [pid], f"started again after the delete (answer {answer})"
 
 
+def test_a_shutdown_mid_grace_leaves_the_stop_to_the_next_agent(make_agent: Callable[..., AgentProcess],
+                                                               tmp_path: Path) -> None:
+    """SIGTERM while a pod's grace period runs: the agent goes at once (it waited the grace out
+    before, up to terminationGracePeriodSeconds), the process runs on, and the next agent kills
+    it at the recorded deadline."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    agent = make_agent()
+    trapped = runs / "s.trapped"
+    agent.create_ok(marked("s", runs, f"trap '' TERM; touch {trapped}; while :; do sleep 0.1; done"))
+    pid, start = agent.wait_running("s")
+    poll_until(trapped.exists, 30, "the trap to be set (Running comes a moment before the shell runs)")
+    t0 = time.monotonic()
+    status, _ = agent.delete("s", grace=12)
+    assert status == 200
+    assert agent.stop(timeout=60) == 0
+    stopped_after = time.monotonic() - t0
+    assert stopped_after < 8, f"the shutdown waited {stopped_after:.1f}s: the grace period, not the pods' records"
+    assert is_running(pid, start), "SIGTERM is trapped: it runs on while no agent watches"
+    agent.start()
+    poll_until(lambda: not is_running(pid, start), 30, "the kill at the recorded deadline")
+    assert time.monotonic() - t0 >= 11.9, "the grace period was cut short"
+    poll_until(lambda: agent.pod("s") is None, 30, "the pod to be removed")
+    assert starts(runs, "s") == [pid]
+
+
 # ---- the issue's storm: 20 SIGKILLs at random instants over 50 pods ----
 
 SITUATIONS = ("idle", "create", "delete", "evict")

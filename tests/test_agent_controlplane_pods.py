@@ -180,7 +180,6 @@ class Agent:
                 clock.close()
                 if runner is not None:
                     await runner.cleanup()
-                await self.manager.wait_stopping()
                 await self.manager.detach_all()
 
         self._main = self.loop.create_task(main())

@@ -5,34 +5,21 @@ from creating again while its own creates are unobserved, a fresh manager over t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
+from kube.fixtures import served_registry  # noqa: F401 - the registry fixture
 
 from nodeagent.cluster.controllers.common.actions import Create, Delete, ObjectRef, Patch, Plan, SlowStart
 from nodeagent.cluster.controllers.manager.client import ApiError
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.manager import ControllerManager
-from nodeagent.cluster.controlplane import RegistryClient, plugins
+from nodeagent.cluster.controlplane import RegistryClient
 from nodeagent.cluster.registry.options import ListOptions
 from nodeagent.cluster.registry.registry import Registry
-from nodeagent.cluster.storage.memory import MemoryStore
 from nodeagent.core.clock import FakeClock
 
 TEMPLATE = {"metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "web", "image": "nginx", "command": ["sleep", "3600"]}]}}
-
-
-@pytest.fixture
-async def registry() -> AsyncIterator[tuple[Registry, FakeClock]]:
-    clock = FakeClock()
-    store = MemoryStore()
-    reg = Registry(store, clock, plugins=plugins(clock))
-    await reg.ensure_system_namespaces()
-    yield reg, clock
-    await reg.close()
-    await store.close()
 
 
 async def stored_pods(reg: Registry) -> list[dict[str, Any]]:

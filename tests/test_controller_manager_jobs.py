@@ -7,20 +7,19 @@ Succeeded through pods/status, as a kubelet would report them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kube.fixtures import served_registry  # noqa: F401 - the registry fixture
 
 from nodeagent.cluster.controllers.job.reconcile import TRACKING_FINALIZER
 from nodeagent.cluster.controllers.manager.client import ApiError
 from nodeagent.cluster.controllers.manager.loop import Controller
 from nodeagent.cluster.controllers.manager.manager import ControllerManager
-from nodeagent.cluster.controlplane import RegistryClient, plugins
+from nodeagent.cluster.controlplane import RegistryClient
 from nodeagent.cluster.registry.options import ListOptions
 from nodeagent.cluster.registry.registry import Registry
-from nodeagent.cluster.storage.memory import MemoryStore
 from nodeagent.core.clock import FakeClock
 from nodeagent.core.timefmt import rfc3339
 
@@ -114,17 +113,6 @@ class Harness:
         await self.res("v1", "Pod").patch(NS, pod["metadata"]["name"], {"status": {
             "phase": phase, "containerStatuses": [{"name": "c", "ready": False, "restartCount": 0, "image": "busybox",
                                                    "imageID": "", "state": {"terminated": term}}]}}, "merge", "status")
-
-
-@pytest.fixture
-async def registry() -> AsyncIterator[tuple[Registry, FakeClock]]:
-    clock = FakeClock()
-    store = MemoryStore()
-    reg = Registry(store, clock, plugins=plugins(clock))
-    await reg.ensure_system_namespaces()
-    yield reg, clock
-    await reg.close()
-    await store.close()
 
 
 def job_obj(name: str, **spec: Any) -> dict[str, Any]:

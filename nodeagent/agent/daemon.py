@@ -390,7 +390,6 @@ class Agent:
             unlink_unix_socket(self.config.unix_socket)
         self.wakeups.close()
         self.log_clock.close()
-        await self.pods.wait_stopping()
-        await self.pods.detach_all()
+        await self.pods.detach_all()  # pods being stopped are not waited for: the next agent carries them on
         await self.objects.close()
         log.info("agent_stopped", pods_left_running=len(self.pods.pods))

@@ -87,6 +87,11 @@ class GuardedTasks:
         """Cancel every task still running and wait for each to end (shutdown). A task that
         swallows its cancellation is waited for as well; exceptions were logged by `_ended`."""
         self._closing = True
+        await self.cancel_running()
+
+    async def cancel_running(self) -> None:
+        """Cancel the tasks running now and wait for each to end; the group stays open (a
+        loop cancelled here is reported as dead unless the group is closing)."""
         pending = list(self._tasks)
         for task in pending:
             task.cancel()

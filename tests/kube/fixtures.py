@@ -1,10 +1,15 @@
-"""Shared helpers of the registry and API tests: a registry over the tests' MemoryStore."""
+"""Shared helpers of the registry and API tests: a registry over the tests' MemoryStore, and the
+`registry` fixture of the controller-manager tests (the server's own plugins)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
+from nodeagent.cluster.controlplane import plugins as server_plugins
 from nodeagent.cluster.registry.fieldcheck import SchemaFieldValidator
 from nodeagent.cluster.registry.patching import RegistryFieldManager, RegistryPatcher
 from nodeagent.cluster.registry.registry import Registry
@@ -42,6 +47,19 @@ async def make_registry(*, validate: bool = True) -> tuple[Registry, FailingStor
     reg = Registry(store, clock, plugins=plugins, rng=random.Random(7))
     await reg.ensure_system_namespaces()
     return reg, store, clock
+
+
+@pytest.fixture(name="registry")
+async def served_registry() -> AsyncIterator[tuple[Registry, FakeClock]]:
+    """A registry with the plugins `server run` gives it, over a memory store and a fake clock;
+    a module imports this to have the `registry` fixture."""
+    clock = FakeClock()
+    store = MemoryStore()
+    reg = Registry(store, clock, plugins=server_plugins(clock))
+    await reg.ensure_system_namespaces()
+    yield reg, clock
+    await reg.close()
+    await store.close()
 
 
 def pod(name: str = "web", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:

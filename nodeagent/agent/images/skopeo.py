@@ -40,6 +40,7 @@ from nodeagent.agent.images.errors import (
     RegistryUnavailable,
     Unauthorized,
 )
+from nodeagent.daemonkit.subprocs import kill_and_reap
 
 log = structlog.get_logger(__name__)
 
@@ -174,12 +175,10 @@ class Skopeo:
         try:
             out, err = await asyncio.wait_for(proc.communicate(), seconds)
         except TimeoutError:
-            _kill(proc)
-            await proc.wait()
+            await kill_and_reap(proc)
             raise RegistryUnavailable(f"no answer from the registry within {seconds:g}s") from None
         except asyncio.CancelledError:
-            _kill(proc)
-            await proc.wait()
+            await kill_and_reap(proc)  # bounded: a skopeo stuck in the kernel must not hang a shutdown
             raise
         if proc.returncode != 0:
             if proc.returncode is not None and proc.returncode < 0 and -proc.returncode == signal.SIGKILL:
@@ -201,12 +200,6 @@ class Skopeo:
                     "--dest-shared-blob-dir", blobs,
                     *self._source_args("src", access, env["REGISTRY_AUTH_FILE"]), source, f"oci:{layout}"]
             await self._run(argv, env, None, started)
-
-
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL the skopeo we started (its own session: nothing else is hit)."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
 
 
 __all__ = ["Fetcher", "Skopeo", "classify", "failure_message"]

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from nodeagent.daemonkit.subprocs import kill_and_reap
+
 RT_SCOPE_UNIVERSE = 0
 # ifaddr flags of addresses that must not be advertised (linux/if_addr.h)
 IFA_F_DADFAILED = 0x08
@@ -81,9 +83,7 @@ async def read_in_child(timeout: float = 30.0) -> list[AddrInfo]:  # noqa: ASYNC
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except BaseException:  # timeout or cancellation: never leave the child behind
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_and_reap(proc)
         raise
     if proc.returncode != 0:
         raise OSError(f"address reader exited {proc.returncode}: {err.decode(errors='replace').strip()[-300:]}")

@@ -89,7 +89,8 @@ class PodManager:
         self.pods: dict[tuple[str, str], PodWorker] = {}
         self._dirty: set[tuple[str, str]] = set()
         self._saver: asyncio.Task[None] | None = None
-        self._tasks = GuardedTasks("pods")  # checkpoint writes, pods stopping
+        self._tasks = GuardedTasks("pods")  # checkpoint writes
+        self._stopping = GuardedTasks("pods stopping")  # left to the next agent at shutdown (detach_all)
         self._lock = asyncio.Lock()
         self._qos_applied: dict[str, CgroupSpec] = {}
         self._recorded_uids: set[str] = set()  # every uid restore() read, even of a record it could not plan
@@ -361,7 +362,7 @@ class PodManager:
                 self.update_qos_cgroups()
                 self._changed(worker)
 
-        return self._tasks.start(run(), name=f"stop:{worker.pod.key}")
+        return self._stopping.start(run(), name=f"stop:{worker.pod.key}")
 
     async def _remove(self, worker: PodWorker) -> None:
         """A stopped pod leaves the list, its logs and its record."""
@@ -373,12 +374,9 @@ class PodManager:
         self.update_qos_cgroups()
         self._changed(worker)
 
-    def log_source(self, namespace: str, name: str, container: str | None,
-                   previous: bool = False) -> logs.LogSource | None:
-        """Where a container's log is: its current run's file (or the run before it with
-        `previous`) and whether that run still writes to it. None if the pod or the container is
-        unknown; FieldError if no container is named and the pod has several; LogUnavailable (the
-        kubelet's words) if the container has not started yet or has no previous run."""
+    def _container(self, namespace: str, name: str, container: str | None) -> tuple[PodWorker, str] | None:
+        """The pod and the container a request names or, when it names none, the pod's only app
+        container (FieldError when it has several); None if either is unknown."""
         worker = self.pods.get((namespace, name))
         if worker is None:
             return None
@@ -387,8 +385,18 @@ class PodManager:
             if len(names) != 1:
                 raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
             container = names[0]
-        if worker.plan.any_container(container) is None:
+        return (worker, container) if worker.plan.any_container(container) is not None else None
+
+    def log_source(self, namespace: str, name: str, container: str | None,
+                   previous: bool = False) -> logs.LogSource | None:
+        """Where a container's log is: its current run's file (or the run before it with
+        `previous`) and whether that run still writes to it. None if the pod or the container is
+        unknown; FieldError if no container is named and the pod has several; LogUnavailable (the
+        kubelet's words) if the container has not started yet or has no previous run."""
+        found = self._container(namespace, name, container)
+        if found is None:
             return None
+        worker, container = found
         cw = worker.workers.get(container)
         if cw is None:
             raise logs.LogUnavailable(f'container "{container}" in pod "{name}" is waiting to start: '
@@ -427,17 +435,10 @@ class PodManager:
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,
         working directory and identity while it runs."""
-        worker = self.pods.get((namespace, name))
-        if worker is None:
+        found = self._container(namespace, name, container)
+        if found is None:
             return None
-        if container is None:
-            names = [c.name for c in worker.plan.containers]
-            if len(names) != 1:
-                raise FieldError("container", "a container name must be given: one of " + ", ".join(names))
-            container = names[0]
-        plan = worker.plan.any_container(container)
-        if plan is None:
-            return None
+        worker, container = found
         target = worker.exec_target(container)
         if target is None:
             raise ExecUnavailable(f'container "{container}" in pod "{name}" is not running')
@@ -470,10 +471,16 @@ class PodManager:
     # ---- shutdown ----
     async def wait_stopping(self) -> None:
         """Wait until the pods being stopped are stopped (and their checkpoints written)."""
+        await self._stopping.drain()
         await self._tasks.drain()
 
     async def detach_all(self) -> None:
-        """Agent shutdown: checkpoint, then let go of every process (they keep running)."""
+        """Agent shutdown: checkpoint, then let go of every process (they keep running).
+
+        A pod being stopped is not waited for (its grace period may be long, a process may
+        ignore SIGTERM): its termination is in its record, and the next agent carries it on
+        with the grace that is left."""
+        await self._stopping.cancel_running()
         await self.resizes.close()
         for w in self.pods.values():
             self._changed(w)

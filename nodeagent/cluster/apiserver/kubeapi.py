@@ -33,11 +33,15 @@ from nodeagent.cluster.apiserver.security import request_user, security_middlewa
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.cluster.schema.decode import DecodeError, decode
+from nodeagent.daemonkit import faults
 
 log = structlog.get_logger(__name__)
 
 KUBE_VERSION = (1, 37, 0)  # the API this server speaks (kubectl warns when its minor is 2+ away)
 MAX_BODY = 3 * 1024 * 1024  # kube-apiserver's default request size limit
+# a 2xx to one of these is a promise that survives SIGKILL: the fault point `answer.<resource>[/<sub>]`
+# (daemonkit/faults.py) kills the server between the commit and the answer, for the tests that prove it
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 LOGGED_BODY_MAX = 64 * 1024  # the debug request log decodes bodies up to this size
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry", Registry)
@@ -164,7 +168,10 @@ class KubeAPI:
         if ri.resource_request:
             if self.metrics is not None and ri.api_prefix == "apis" and ri.group in self.metrics.groups:
                 return await self.metrics.groups[ri.group](request, ri)
-            return await handle(request, ri, self.registry, self.settings)
+            response = await handle(request, ri, self.registry, self.settings)
+            if ri.verb in WRITE_VERBS and response.status < 300:  # committed, not yet answered
+                faults.hit(f"answer.{ri.resource}/{ri.subresource}" if ri.subresource else f"answer.{ri.resource}")
+            return response
         if request.method not in ("GET", "HEAD"):
             raise errors.path_not_found()
         accept = request.headers.get("Accept")

@@ -22,7 +22,7 @@ the API's, with its messages under the camelCase field path:
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,18 +144,25 @@ def _optional_bool(path: str, obj: Mapping[str, Any], key: str) -> list[FieldErr
     return [] if v is None or isinstance(v, bool) else [_type_error(f"{path}.{key}", v, "a boolean")]
 
 
+def _list_objects(path: str, value: object, errs: list[FieldError]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Each object of a list field with its path (`path[i]`); a value that is not a list, or an
+    element that is not an object, is an error appended to `errs` (and not yielded)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        errs.append(_type_error(path, value, "a list"))
+        return
+    for i, item in enumerate(value):
+        if isinstance(item, dict):
+            yield f"{path}[{i}]", item
+        else:
+            errs.append(_type_error(f"{path}[{i}]", item, "an object"))
+
+
 def _items_errors(path: str, items: object) -> list[FieldError]:
     """validateKeyToPath for each item."""
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        return [_type_error(path, items, "a list")]
     errs: list[FieldError] = []
-    for i, item in enumerate(items):
-        where = f"{path}[{i}]"
-        if not isinstance(item, dict):
-            errs.append(_type_error(where, item, "an object"))
-            continue
+    for where, item in _list_objects(path, items, errs):
         errs += _unknown(where, item, ("key", "path", "mode"))
         key, p = item.get("key"), item.get("path")
         if not key or not _is_str(key):
@@ -186,14 +193,7 @@ def _downward_errors(path: str, src: Mapping[str, Any], *, projected: bool) -> l
     errs = _unknown(path, src, ("items",) if projected else ("items", "defaultMode"))
     if not projected:
         errs += _mode_errors(f"{path}.defaultMode", src.get("defaultMode"))
-    items = src.get("items") or []
-    if not isinstance(items, list):
-        return [*errs, _type_error(f"{path}.items", items, "a list")]
-    for i, item in enumerate(items):
-        where = f"{path}.items[{i}]"
-        if not isinstance(item, dict):
-            errs.append(_type_error(where, item, "an object"))
-            continue
+    for where, item in _list_objects(f"{path}.items", src.get("items") or [], errs):
         errs += _unknown(where, item, ("path", "fieldRef", "resourceFieldRef", "mode"))
         p = item.get("path")
         if not p or not _is_str(p):
@@ -233,14 +233,7 @@ def _downward_errors(path: str, src: Mapping[str, Any], *, projected: bool) -> l
 def _projected_errors(path: str, src: Mapping[str, Any]) -> list[FieldError]:
     errs = _unknown(path, src, ("sources", "defaultMode"))
     errs += _mode_errors(f"{path}.defaultMode", src.get("defaultMode"))
-    sources = src.get("sources") or []
-    if not isinstance(sources, list):
-        return [*errs, _type_error(f"{path}.sources", sources, "a list")]
-    for i, s in enumerate(sources):
-        where = f"{path}.sources[{i}]"
-        if not isinstance(s, dict):
-            errs.append(_type_error(where, s, "an object"))
-            continue
+    for where, s in _list_objects(f"{path}.sources", src.get("sources") or [], errs):
         kinds = ("configMap", "secret", "downwardAPI", "serviceAccountToken", "clusterTrustBundle")
         errs += _unknown(where, s, kinds)
         present = [k for k in kinds if s.get(k) is not None]

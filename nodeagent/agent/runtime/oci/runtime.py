@@ -44,6 +44,7 @@ from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.bundle import SANDBOX_OOM_SCORE_ADJ, ContainerBundle, config_json
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
 from nodeagent.agent.runtime.spawn import LaunchSpec, Spawned, clamp_oom_score_adj, spawn
+from nodeagent.daemonkit.subprocs import kill_and_reap
 
 log = structlog.get_logger(__name__)
 
@@ -276,8 +277,7 @@ class OciRuntime:
         try:
             out, _ = await proc.communicate()
         except asyncio.CancelledError:
-            proc.kill()
-            await asyncio.shield(proc.wait())
+            await kill_and_reap(proc)  # bounded: an exec stuck in the kernel must not hang the cancel
             raise
         return proc.returncode if proc.returncode is not None else -1, out
 

@@ -14,56 +14,34 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.cluster.controllers.common.actions import Create, Plan, UpdateStatus
-from nodeagent.cluster.controllers.common.meta import being_deleted, controller_ref, key, name, namespace, status, uid
+from nodeagent.cluster.controllers.common.meta import controller_ref, key, name, namespace, status, uid
 from nodeagent.cluster.controllers.cronjob import reconcile
 from nodeagent.cluster.controllers.manager.client import ApiError, Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
-from nodeagent.cluster.controllers.manager.loop import Controller
+from nodeagent.cluster.controllers.manager.owned import OwnerOf
 from nodeagent.core.clock import Clock
 
 Obj = Mapping[str, Any]
 JOB_API_VERSION, JOB_KIND = "batch/v1", "Job"
 
 
-class CronJobController(Controller):
+class CronJobController(OwnerOf):
     name = "cronjob"
     workers = 2
+    owner_kind = reconcile.KIND
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, cronjobs: Informer,
                  jobs: Informer) -> None:
         super().__init__(clock)
         self.cronjobs, self.jobs, self.client = cronjobs, jobs, client
+        self.owners = cronjobs
         self.executor = Executor(client, recorder, "cronjob-controller")
         cronjobs.add_handlers(Handlers(self._cj_changed, lambda _o, n: self._cj_changed(n), self._cj_changed))
-        jobs.add_handlers(Handlers(self._job_added, self._job_updated, self._job_deleted))
+        jobs.add_handlers(self.owned_handlers())
 
     def _cj_changed(self, cj: Obj) -> None:
         self.enqueue(key(cj))
-
-    def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        return self.owner_key(self.cronjobs, reconcile.KIND, ref, ns)
-
-    def _job_added(self, job: Obj) -> None:
-        if being_deleted(job):
-            self._job_deleted(job)
-            return
-        k = self._owner_key(controller_ref(job), namespace(job))
-        if k is not None:
-            self.enqueue(k)
-
-    def _job_updated(self, old: Obj, new: Obj) -> None:
-        old_k = self._owner_key(controller_ref(old), namespace(old))
-        new_k = self._owner_key(controller_ref(new), namespace(new))
-        if old_k is not None and old_k != new_k:
-            self.enqueue(old_k)
-        if new_k is not None:
-            self.enqueue(new_k)
-
-    def _job_deleted(self, job: Obj) -> None:
-        k = self._owner_key(controller_ref(job), namespace(job))
-        if k is not None:
-            self.enqueue(k)
 
     async def _created_before(self, cj: Obj, plan: Plan) -> dict[str, Any] | None:
         """AlreadyExists: a Job this CronJob made for that time earlier, its status write lost (a

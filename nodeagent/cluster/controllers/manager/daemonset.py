@@ -14,98 +14,36 @@ from typing import Any
 
 from nodeagent.cluster.controllers.common.backoff import Backoff
 from nodeagent.cluster.controllers.common.expectations import Expectations
-from nodeagent.cluster.controllers.common.meta import (
-    being_deleted,
-    controller_ref,
-    key,
-    labels,
-    namespace,
-    owner_references,
-    resource_version,
-    spec,
-)
-from nodeagent.cluster.controllers.common.pods import is_ready
+from nodeagent.cluster.controllers.common.meta import controller_ref, key, labels, namespace, spec
 from nodeagent.cluster.controllers.daemonset import placement, reconcile
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
-from nodeagent.cluster.controllers.manager.loop import Controller
+from nodeagent.cluster.controllers.manager.owned import PodsOwner
 from nodeagent.core.clock import Clock
 
 Obj = Mapping[str, Any]
 
 
-class DaemonSetController(Controller):
+class DaemonSetController(PodsOwner):
     name = "daemonset"
     workers = 2
+    owner_kind = "DaemonSet"
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, daemonsets: Informer,
                  pods: Informer, nodes: Informer, revisions: Informer, burst: int = reconcile.BURST_REPLICAS) -> None:
         super().__init__(clock)
         self.dss, self.pods, self.nodes, self.revisions, self.burst = daemonsets, pods, nodes, revisions, burst
+        self.owners = daemonsets
         self.expectations = Expectations()
         self.failed_pods_backoff = Backoff(*reconcile.FAILED_PODS_BACKOFF)
         self.executor = Executor(client, recorder, "daemonset-controller")
-        daemonsets.add_handlers(Handlers(self._ds_added, self._ds_updated, self._ds_deleted))
-        pods.add_handlers(Handlers(self._pod_added, self._pod_updated, self._pod_deleted))
+        daemonsets.add_handlers(self.owner_handlers())
+        pods.add_handlers(self.pod_handlers())
         nodes.add_handlers(Handlers(self._node_added, self._node_updated, self._node_deleted))
         revisions.add_handlers(Handlers(self._rev_changed, lambda _o, n: self._rev_changed(n), self._rev_changed))
 
     # ---- handlers ----
-    def _ds_added(self, ds: Obj) -> None:
-        self.enqueue(key(ds))
-
-    def _ds_updated(self, old: Obj, new: Obj) -> None:
-        self.enqueue(key(new))
-
-    def _ds_deleted(self, ds: Obj) -> None:
-        self.expectations.delete(key(ds))
-        self.enqueue(key(ds))
-
-    def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        """resolveControllerRef: a DaemonSet in the cache with the referenced uid."""
-        return self.owner_key(self.dss, "DaemonSet", ref, ns)
-
-    def _pod_added(self, pod: Obj) -> None:
-        if being_deleted(pod):
-            self._pod_deleted(pod)  # a restart can list a pod already being deleted
-            return
-        k = self._owner_key(controller_ref(pod), namespace(pod))
-        if k is not None:
-            self.expectations.creation_observed(k)
-            self.enqueue(k)
-        elif controller_ref(pod) is None:
-            self.enqueue_selecting(self.dss, pod)
-
-    def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if resource_version(old) == resource_version(new):
-            return
-        if being_deleted(new) and not being_deleted(old):
-            self._pod_deleted(new)
-            return
-        old_k = self._owner_key(controller_ref(old), namespace(old))
-        new_k = self._owner_key(controller_ref(new), namespace(new))
-        if old_k is not None and old_k != new_k:
-            self.enqueue(old_k)
-        if new_k is not None:
-            self.enqueue(new_k)
-            ds = self.dss.get(new_k)
-            mrs = int((spec(ds) if ds else {}).get("minReadySeconds") or 0)
-            if mrs > 0 and is_ready(new) and not is_ready(old):
-                self.queue.add_after(new_k, float(mrs) + 1.0)  # look again when it becomes available
-        elif controller_ref(new) is None and (labels(old) != labels(new) or owner_references(old)):
-            self.enqueue_selecting(self.dss, new)
-
-    def _pod_deleted(self, pod: Obj) -> None:
-        k = self._owner_key(controller_ref(pod), namespace(pod))
-        if k is None:
-            ref = controller_ref(pod)  # its DaemonSet may be gone from the cache already
-            if ref is None or ref.get("kind") != "DaemonSet":
-                return
-            k = f"{namespace(pod)}/{ref.get('name')}"
-        self.expectations.deletion_observed(k, key(pod))
-        self.enqueue(k)
-
     def _node_added(self, node: Obj) -> None:
         """addNode: the DaemonSets that would run a pod there."""
         for ds in self.dss.items():

@@ -15,55 +15,30 @@ from nodeagent.cluster.controllers.deployment import reconcile
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
 from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
-from nodeagent.cluster.controllers.manager.loop import Controller
+from nodeagent.cluster.controllers.manager.owned import OwnerOf
 from nodeagent.core.clock import Clock
 
 Obj = Mapping[str, Any]
 
 
-class DeploymentController(Controller):
+class DeploymentController(OwnerOf):
     name = "deployment"
     workers = 2
+    owner_kind = "Deployment"
+    adopts = True
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, deployments: Informer,
                  replicasets: Informer, pods: Informer) -> None:
         super().__init__(clock)
         self.deployments, self.rss, self.pods = deployments, replicasets, pods
+        self.owners = deployments
         self.executor = Executor(client, recorder, "deployment-controller")
         deployments.add_handlers(Handlers(self._d_changed, lambda _o, n: self._d_changed(n), self._d_changed))
-        replicasets.add_handlers(Handlers(self._rs_added, self._rs_updated, self._rs_deleted))
+        replicasets.add_handlers(self.owned_handlers())
         pods.add_handlers(Handlers(on_delete=self._pod_deleted))
 
     def _d_changed(self, d: Obj) -> None:
         self.enqueue(key(d))
-
-    def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        return self.owner_key(self.deployments, "Deployment", ref, ns)
-
-    def _enqueue_matching(self, rs: Obj) -> None:
-        self.enqueue_selecting(self.deployments, rs)
-
-    def _rs_added(self, rs: Obj) -> None:
-        k = self._owner_key(controller_ref(rs), namespace(rs))
-        if k is not None:
-            self.enqueue(k)
-        elif controller_ref(rs) is None:
-            self._enqueue_matching(rs)
-
-    def _rs_updated(self, old: Obj, new: Obj) -> None:
-        old_k = self._owner_key(controller_ref(old), namespace(old))
-        new_k = self._owner_key(controller_ref(new), namespace(new))
-        if old_k is not None and old_k != new_k:
-            self.enqueue(old_k)
-        if new_k is not None:
-            self.enqueue(new_k)
-        elif controller_ref(new) is None:
-            self._enqueue_matching(new)
-
-    def _rs_deleted(self, rs: Obj) -> None:
-        k = self._owner_key(controller_ref(rs), namespace(rs))
-        if k is not None:
-            self.enqueue(k)
 
     def _pod_deleted(self, pod: Obj) -> None:
         """Recreate waits for old pods to be gone: a pod of one of its ReplicaSets going wakes it."""

@@ -11,102 +11,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.cluster.controllers.common.expectations import Expectations
-from nodeagent.cluster.controllers.common.meta import (
-    being_deleted,
-    controller_ref,
-    key,
-    labels,
-    namespace,
-    owner_references,
-    resource_version,
-    spec,
-    uid,
-)
-from nodeagent.cluster.controllers.common.pods import is_ready
+from nodeagent.cluster.controllers.common.meta import controller_ref, namespace, uid
 from nodeagent.cluster.controllers.manager.client import Client, Recorder
 from nodeagent.cluster.controllers.manager.executor import Executor
-from nodeagent.cluster.controllers.manager.informer import Handlers, Informer
-from nodeagent.cluster.controllers.manager.loop import Controller
+from nodeagent.cluster.controllers.manager.informer import Informer
+from nodeagent.cluster.controllers.manager.owned import PodsOwner
 from nodeagent.cluster.controllers.replicaset import reconcile
 from nodeagent.core.clock import Clock
 
 Obj = Mapping[str, Any]
 
 
-class ReplicaSetController(Controller):
+class ReplicaSetController(PodsOwner):
     name = "replicaset"
     workers = 2
+    owner_kind = "ReplicaSet"
+    relabel_counts_old_owner = True
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, replicasets: Informer,
                  pods: Informer, burst: int = reconcile.BURST_REPLICAS) -> None:
         super().__init__(clock)
         self.rss, self.pods, self.burst = replicasets, pods, burst
+        self.owners = replicasets
         self.expectations = Expectations()
         self.executor = Executor(client, recorder, "replicaset-controller")
         self.recorder = recorder
-        replicasets.add_handlers(Handlers(self._rs_added, self._rs_updated, self._rs_deleted))
-        pods.add_handlers(Handlers(self._pod_added, self._pod_updated, self._pod_deleted))
-
-    # ---- handlers ----
-    def _rs_added(self, rs: Obj) -> None:
-        self.enqueue(key(rs))
-
-    def _rs_updated(self, old: Obj, new: Obj) -> None:
-        self.enqueue(key(new))
-
-    def _rs_deleted(self, rs: Obj) -> None:
-        self.expectations.delete(key(rs))
-        self.enqueue(key(rs))
-
-    def _owner_key(self, ref: Mapping[str, Any] | None, ns: str) -> str | None:
-        """resolveControllerRef: a ReplicaSet in the cache with the referenced uid."""
-        return self.owner_key(self.rss, "ReplicaSet", ref, ns)
-
-    def _enqueue_matching(self, pod: Obj) -> None:
-        """An orphan: every ReplicaSet of its namespace whose selector matches may adopt it."""
-        self.enqueue_selecting(self.rss, pod)
-
-    def _pod_added(self, pod: Obj) -> None:
-        if being_deleted(pod):
-            self._pod_deleted(pod)  # a restart can list a pod already being deleted
-            return
-        k = self._owner_key(controller_ref(pod), namespace(pod))
-        if k is not None:
-            self.expectations.creation_observed(k)
-            self.enqueue(k)
-        elif controller_ref(pod) is None:
-            self._enqueue_matching(pod)
-
-    def _pod_updated(self, old: Obj, new: Obj) -> None:
-        if resource_version(old) == resource_version(new):
-            return
-        if being_deleted(new) and not being_deleted(old):
-            self._pod_deleted(new)
-            if labels(old) != labels(new):
-                self._pod_deleted(old)
-            return
-        old_k = self._owner_key(controller_ref(old), namespace(old))
-        new_k = self._owner_key(controller_ref(new), namespace(new))
-        if old_k is not None and old_k != new_k:
-            self.enqueue(old_k)
-        if new_k is not None:
-            self.enqueue(new_k)
-            rs = self.rss.get(new_k)
-            mrs = int((spec(rs) if rs else {}).get("minReadySeconds") or 0)
-            if mrs > 0 and is_ready(new) and not is_ready(old):
-                self.queue.add_after(new_k, float(mrs) + 1.0)  # look again when it becomes available
-        elif controller_ref(new) is None and (labels(old) != labels(new) or owner_references(old)):
-            self._enqueue_matching(new)
-
-    def _pod_deleted(self, pod: Obj) -> None:
-        k = self._owner_key(controller_ref(pod), namespace(pod))
-        if k is None:
-            ref = controller_ref(pod)  # its ReplicaSet may be gone from the cache already
-            if ref is None or ref.get("kind") != "ReplicaSet":
-                return
-            k = f"{namespace(pod)}/{ref.get('name')}"
-        self.expectations.deletion_observed(k, key(pod))
-        self.enqueue(k)
+        replicasets.add_handlers(self.owner_handlers())
+        pods.add_handlers(self.pod_handlers())
 
     # ---- sync ----
     def _related_pods(self, rs: Obj) -> list[Obj]:
