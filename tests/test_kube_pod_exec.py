@@ -138,3 +138,53 @@ def test_a_websocket_exec_needs_create_as_spdys_post_does(box: tuple[SecureServe
     res = until(lambda: (r := kubectl(server, "exec", "--as=viewer", "box", "-c", "main", "--", "/bin/echo", "ran"))
                 and r.returncode == 0 and r, 10, "the widened role to take effect")
     assert res.stdout == "ran\n"
+
+
+def test_an_agent_that_refuses_the_servers_credentials_is_named(box: tuple[SecureServer, Agent]) -> None:
+    """kubectl retries over SPDY after any failed WebSocket upgrade, and shows only that second answer;
+    an agent's 401, relayed as is, would read "You must be logged in to the server". Both say what
+    failed: the agent, and the server's credentials toward it (or that it cannot be reached)."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"kind":"Status","status":"Failure","message":"reads need a bearer token","code":401}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    stranger = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=stranger.serve_forever, daemon=True).start()
+    server, _ = box
+    try:
+        for node, url in (("refuser", f"http://127.0.0.1:{stranger.server_address[1]}"),
+                          ("gone", f"http://127.0.0.1:{_closed_port()}")):
+            apply(server, json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": node, "annotations": {"nodeagent.io/api-url": url}}}))
+            apply(server, json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"on-{node}"}, "spec": {
+                "nodeName": node, "containers": [{"name": "main", "image": "busybox"}]}}))
+        for args in (("logs", "on-refuser"), ("exec", "on-refuser", "--", "true")):
+            res = kubectl(server, *args)
+            assert res.returncode != 0 and 'the agent of node "refuser" refused the server\'s credentials (HTTP 401' \
+                in res.stderr and "logged in" not in res.stderr, (args, res.stderr)
+        res = kubectl(server, "exec", "on-gone", "--", "true")
+        assert res.returncode != 0 and 'the agent of node "gone" cannot be reached' in res.stderr, res.stderr
+    finally:
+        stranger.shutdown()
+        for name in ("on-refuser", "on-gone"):
+            kubectl(server, "delete", "pod", name, "--grace-period=0", "--force", "--wait=false")
+        kubectl(server, "delete", "node", "refuser", "gone", "--wait=false")
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -65,6 +65,9 @@ async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericSto
     client_ws = web.WebSocketResponse(protocols=rc.PROTOCOLS, autoping=True)
     ready = client_ws.can_prepare(request)
     if request.method == "POST" or not ready.ok:
+        # kubectl falls back to SPDY after any failed WebSocket upgrade, so this answer is the one
+        # the user sees: when the agent is what failed, say so rather than blame the protocol
+        await proxy.check_agent(base, ri.namespace, ri.name, node_name)
         raise errors.bad_request("Upgrade request required: this server speaks the WebSocket remote command "
                                  f"protocol ({rc.V5}), not SPDY")
     if ready.protocol is None:
@@ -75,6 +78,11 @@ async def exec_handler(proxy: AgentProxy, request: web.Request, pods: GenericSto
         agent_ws = await proxy.session().ws_connect(
             url, params=query, protocols=(ready.protocol,), headers=proxy.headers(url),
             timeout=aiohttp.ClientWSTimeout(ws_close=5.0), heartbeat=30.0)
+    except aiohttp.WSServerHandshakeError as e:
+        if e.status in (401, 403):
+            raise proxy.refused(node_name, e.status) from None
+        raise errors.unavailable(f'the agent of node "{node_name}" refused the {subresource} stream: '
+                                 f"HTTP {e.status}") from None
     except (aiohttp.ClientError, TimeoutError, OSError) as e:
         log.warning("pod_stream_agent_unreachable", subresource=subresource, node=node_name, url=base,
                     error=f"{type(e).__name__}: {e}")

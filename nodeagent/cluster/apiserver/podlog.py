@@ -186,6 +186,29 @@ class AgentProxy:
             return {"Authorization": f"Bearer {token}"}
         return {}
 
+    @staticmethod
+    def refused(node_name: str, code: int, message: str = "") -> errors.StatusError:
+        """The agent turned the server's own credentials away. Relayed as is, a 401 would make
+        kubectl say "You must be logged in to the server", blaming the user's credentials."""
+        said = f": {message}" if message else ""
+        return errors.unavailable(
+            f'the agent of node "{node_name}" refused the server\'s credentials (HTTP {code}{said}); give the '
+            "server the agents' token (metricsScrape.tokenFile) or a client certificate the agents trust "
+            "(docs/control-plane.md, Metrics)")
+
+    async def check_agent(self, base: str, namespace: str, name: str, node_name: str) -> None:
+        """Reach the agent with the server's credentials (a GET of the pod), raising what a stream
+        to it would meet: unreachable, or the credentials refused."""
+        url = f"{base}/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        timeout = aiohttp.ClientTimeout(total=self.credentials.timeout)
+        try:
+            async with self.session().get(url, headers=self.headers(url), timeout=timeout) as upstream:
+                if upstream.status in (401, 403):
+                    raise self.refused(node_name, upstream.status)
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise errors.unavailable(f'the agent of node "{node_name}" cannot be reached: {type(e).__name__}') \
+                from None
+
     async def handle(self, request: web.Request, pods: GenericStore, ri: RequestInfo,
                      ctx: Context) -> web.StreamResponse:
         if ri.verb != "get":
@@ -238,6 +261,8 @@ class AgentProxy:
         if upstream.status == 404:
             return errors.bad_request(f'container "{container}" in pod "{name}" is waiting to start: '
                                       f"{waiting_reason(pod, container)}")
+        if upstream.status in (401, 403):
+            return self.refused(node_name, upstream.status, message)
         if 400 <= upstream.status < 500:
             reason = str(body.get("reason") or "BadRequest") if isinstance(body, dict) else "BadRequest"
             return errors.StatusError(upstream.status, reason, message or f"HTTP {upstream.status} from the agent")
