@@ -1,7 +1,7 @@
 """`kubectl patch pod --subresource resize` against a real `nodeagent server run` (no agent): the
 spec's resources change and metadata.generation goes up, what is not a resource is ignored, a QoS
 class change is 422 with upstream's message, the plain pod update still refuses resources, and
-discovery lists pods/resize; the official Python client patches and replaces through it too."""
+discovery lists pods/resize, and a LimitRange or ResourceQuota the new resources break is 403; the official Python client patches and replaces through it too."""
 
 from __future__ import annotations
 
