@@ -28,6 +28,7 @@ UML guest (pure v2): integration/run-in-uml.sh .venv/bin/pytest integration/test
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -37,8 +38,8 @@ from typing import Any
 
 import pytest
 from agent_harness import NODE_NAME, AgentProcess, poll_until, running_pid
-from secure_cluster import MARKS, SecureServer
 from kernel_view import expect_memory
+from secure_cluster import MARKS, SecureServer
 
 from nodeagent.core.quantity import parse_quantity
 
@@ -203,8 +204,8 @@ def ready_pods(pods: list[dict[str, Any]]) -> int:
 
 
 def reversals(series: list[int]) -> int:
-    signs = [1 if b > a else -1 for a, b in zip(series, series[1:], strict=False) if a != b]
-    return sum(1 for a, b in zip(signs, signs[1:], strict=False) if a != b)
+    signs = [1 if b > a else -1 for a, b in itertools.pairwise(series) if a != b]
+    return sum(1 for a, b in itertools.pairwise(signs) if a != b)
 
 
 def test_hpa_scales_up_on_real_cpu_and_down_after_the_window(

@@ -224,9 +224,10 @@ class VPARecommender(Controller):
         """A Warning event on the VPA and on each HPA concerned, once per change of the condition."""
         condition = resolution.condition
         before = next((c for c in previous if isinstance(c, Mapping) and c.get("type") == CONDITION), None)
-        if condition is None or self.recorder is None or (
-                before is not None and before.get("status") == "True" and before.get("message") == condition["message"]):
+        if condition is None or self.recorder is None:
             return
+        if before is not None and before.get("status") == "True" and before.get("message") == condition["message"]:
+            return  # said already
         log.info("vpa_resources_owned_by_hpa", vpa=key(vpa), hpas=",".join(name(h) for h in hpas),
                  message=condition["message"])
         for warning in resolution.warnings:
@@ -471,7 +472,8 @@ class VPAUpdater(Controller):
         allowed, covering = self._budgets(ns, pods)
         # what an HPA owns is never applied, even from a recommendation made before the HPA came
         effective, resolution, _ = self.owners.resolve(vpa, parsed, _container_names(pods, ()))
-        decided = plan(effective, without_taken(status_of(vpa).get("recommendation"), resolution), pods, self.clock.wall(), self.settings.updater,
+        recommendation = without_taken(status_of(vpa).get("recommendation"), resolution)
+        decided = plan(effective, recommendation, pods, self.clock.wall(), self.settings.updater,
                        configured_replicas=self._configured(ns, pods), pdb_allowed=allowed, pod_pdbs=covering,
                        in_place_attempts=self.attempts.get(k, {}))
         attempts = dict(decided.in_place_attempts)
