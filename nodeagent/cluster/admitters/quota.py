@@ -179,6 +179,14 @@ class QuotaLedger:
             self._pod_usage = {u: v for u, v in self._pod_usage.items() if u in seen_uids}
         return out
 
+    async def snapshot_for(self, namespace: str, quotas: list[ResourceQuota]) -> Objects:
+        """The snapshot of every kind these quotas count."""
+        stores: dict[int, GenericStore] = {}
+        for q in quotas:
+            for gs in self._stores_for(q):
+                stores[id(gs)] = gs
+        return await self.snapshot(namespace, list(stores.values()))
+
     @staticmethod
     def used(quota: ResourceQuota, objects: Objects) -> Usage:
         total = dict.fromkeys(quota.hard, _ZERO)
@@ -222,11 +230,7 @@ class QuotaAdmission:
         relevant = [q for _, q in quotas if q.matches(facts) and set(q.hard) & set(usage)]
         if not relevant:
             return
-        stores: dict[int, GenericStore] = {}
-        for q in relevant:
-            for gs in ledger._stores_for(q):
-                stores[id(gs)] = gs
-        objects = await ledger.snapshot(ns, list(stores.values()))
+        objects = await ledger.snapshot_for(ns, relevant)
         # ---- no await from here: check every quota, then record the object as in flight ----
         key = (info.group, info.plural, name)
         objects.pop(key, None)  # an object of this name listed already: AlreadyExists follows
@@ -260,11 +264,7 @@ class QuotaAdmission:
         relevant = [q for q in matching if set(q.hard) & set(delta)]
         if not relevant:
             return
-        stores: dict[int, GenericStore] = {}
-        for q in relevant:
-            for gs in ledger._stores_for(q):
-                stores[id(gs)] = gs
-        objects = await ledger.snapshot(ns, list(stores.values()))
+        objects = await ledger.snapshot_for(ns, relevant)
         # ---- no await from here (see admit) ----
         key = ("", "pods", name)  # counted in `objects` as it is (or as a resize in flight makes it)
         for q in relevant:
@@ -296,11 +296,7 @@ class QuotaStatus:
         quotas = await ledger.quotas_of(namespace)
         if not quotas:
             return
-        stores: dict[int, GenericStore] = {}
-        for _, q in quotas:
-            for gs in ledger._stores_for(q):
-                stores[id(gs)] = gs
-        objects = await ledger.snapshot(namespace, list(stores.values()))
+        objects = await ledger.snapshot_for(namespace, [q for _, q in quotas])
         for obj, q in quotas:
             hard = {k: str(v) for k, v in q.hard.items()}
             used = {k: str(v) for k, v in ledger.used(q, objects).items()}
