@@ -32,7 +32,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +110,11 @@ class Load:
 
 @pytest.fixture
 def cluster(server: SecureServer, make_agent: Callable[..., AgentProcess],
-            tmp_path: Path) -> tuple[SecureServer, AgentProcess, Load]:
+            tmp_path: Path) -> Iterator[tuple[SecureServer, AgentProcess, Load]]:
     """The conftest's server and agent; the server restarted to scrape the agent every second with
-    its token (its API is plain HTTP on loopback) and with short autoscaler periods."""
+    its token (its API is plain HTTP on loopback) and with short autoscaler periods. Afterwards the
+    workload is deleted through the server, and its pods gone, before the agent is cleaned up (the
+    server would otherwise keep asking the agent for them)."""
     agent = make_agent(extra_config={"kubeconfig": str(server.node_kubeconfig(NODE_NAME)),
                                      "nodeStatusUpdateFrequency": "1s", "statsInterval": "1s",
                                      "statsCPURateWindow": "1s"})
@@ -122,7 +124,9 @@ def cluster(server: SecureServer, make_agent: Callable[..., AgentProcess],
     server.start()
     poll_until(lambda: "Ready" in server.kubectl("get", "node", NODE_NAME, check=False).stdout, 30,
                "the node to be Ready")
-    return server, agent, Load(tmp_path / "work")
+    yield server, agent, Load(tmp_path / "work")
+    server.kubectl("delete", "hpa,vpa,deployments", "--all", "--wait=false", check=False)
+    poll_until(lambda: not server.get_json("pods")["items"], 60, "the workload's pods to be gone", interval=0.5)
 
 
 def apply(server: SecureServer, obj: dict[str, Any]) -> None:
@@ -157,19 +161,34 @@ def hpa(max_replicas: int) -> dict[str, Any]:
 
 
 class Timeline:
-    """The Deployment's spec.replicas and its pods' requests, sampled by the test."""
+    """The Deployment's spec.replicas, the HPA's CPU utilization and the pods' requests, sampled by the
+    test through the official Python client (a kubectl process twice a second would be most of the
+    UML guest's one CPU)."""
 
     def __init__(self, server: SecureServer) -> None:
+        import kubernetes
         self.server, self.started = server, time.monotonic()
+        self.client = kubernetes.config.new_client_from_config(str(server.admin))
+        self.apps = kubernetes.client.AppsV1Api(self.client)
+        self.core = kubernetes.client.CoreV1Api(self.client)
+        self.autoscaling = kubernetes.client.AutoscalingV2Api(self.client)
         self.replicas: list[tuple[float, int]] = []
+        self.utilization: list[tuple[float, int | None]] = []  # the HPA's currentMetrics, when it changes
         self.requests: dict[str, list[tuple[int, int]]] = {}  # pod -> distinct (cpu milli, memory bytes)
 
     def sample(self) -> tuple[int, list[dict[str, Any]]]:
-        n = int(self.server.get_json("deployment", APP)["spec"]["replicas"])
+        now = round(time.monotonic() - self.started, 1)
+        n = int(self.apps.read_namespaced_deployment(APP, "default").spec.replicas)
         if not self.replicas or self.replicas[-1][1] != n:
-            self.replicas.append((round(time.monotonic() - self.started, 1), n))
-        pods = [p for p in self.server.get_json("pods", "-l", f"app={APP}")["items"]
-                if not p["metadata"].get("deletionTimestamp")]
+            self.replicas.append((now, n))
+        hpas = self.autoscaling.list_namespaced_horizontal_pod_autoscaler("default").items
+        metrics = (hpas[0].status.current_metrics or []) if hpas and hpas[0].status else []
+        utilization = metrics[0].resource.current.average_utilization if metrics and metrics[0].resource else None
+        if hpas and (not self.utilization or self.utilization[-1][1] != utilization):
+            self.utilization.append((now, utilization))
+        listed = self.client.sanitize_for_serialization(
+            self.core.list_namespaced_pod("default", label_selector=f"app={APP}"))
+        pods = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
         for p in pods:
             req = p["spec"]["containers"][0]["resources"]["requests"]
             seen = (parse_quantity(req["cpu"]).milli_value(), parse_quantity(req["memory"]).value())
@@ -192,7 +211,8 @@ class Timeline:
             state = [(p["metadata"]["name"], p.get("spec", {}).get("nodeName"), p.get("status", {}).get("phase"),
                       p.get("status", {}).get("conditions"), p.get("status", {}).get("containerStatuses"))
                      for p in last]
-            raise AssertionError(f"{e}\nreplicas {self.replicas}\npods {json.dumps(state)}\n"
+            raise AssertionError(f"{e}\nreplicas {self.replicas}\nutilization {self.utilization}\n"
+                                 f"pods {json.dumps(state)}\n"
                                  f"events {self.server.kubectl('get', 'events', check=False).stdout[-3000:]}") from e
 
     def hold(self, seconds: float) -> None:
@@ -258,6 +278,7 @@ def test_hpa_scales_up_on_real_cpu_and_down_after_the_window(
     down_s = time.monotonic() - drop
     tl.hold(2)
     print("replicas timeline (s, replicas):", tl.replicas, "scale-down after", round(down_s, 1), "s")
+    print("HPA cpu utilization timeline (s, %):", tl.utilization)
     sizes = tl.sizes()
     assert sizes[0] == 1 and max(sizes) == 3 and sizes[-1] == 1, tl.replicas
     assert reversals(sizes) == 1, f"up, then down, no flapping: {tl.replicas}"
@@ -318,6 +339,7 @@ def test_hpa_on_cpu_and_vpa_on_memory_of_one_deployment_do_not_fight(
     tl.hold(3)
     grown = tl.sample()[1][0]
     print("replicas timeline (s, replicas):", tl.replicas)
+    print("HPA cpu utilization timeline (s, %):", tl.utilization)
     print("requests per pod (cpu m, memory MiB):",
           {p: [(c, m >> 20) for c, m in h] for p, h in tl.requests.items()})
     print("vpa status:", json.dumps(vpa()["status"]))
