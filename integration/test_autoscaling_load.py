@@ -292,7 +292,7 @@ def test_hpa_scales_up_on_real_cpu_and_down_after_the_window(
 
     drop = time.monotonic()
     load.set(0.0, 0)
-    tl.until(lambda n, pods: n == 1, 60, "back to minReplicas")
+    tl.until(lambda n, pods: n == 1, 90, "back to minReplicas")
     down_s = time.monotonic() - drop
     tl.hold(2)
     print("replicas timeline (s, replicas):", tl.replicas, "scale-down after", round(down_s, 1), "s")
@@ -356,7 +356,7 @@ def test_hpa_on_cpu_and_vpa_on_memory_of_one_deployment_do_not_fight(
     tl.until(followed, 60, "the memory requests to follow 32 MiB more")
     # 4. the CPU load ends: back to one pod after the window; memory stays
     load.set(0.0, 40)
-    tl.until(lambda n, pods: n == 1 and len(pods) == 1, 60, "back to one pod")
+    tl.until(lambda n, pods: n == 1 and len(pods) == 1, 90, "back to one pod")
     tl.hold(3)
     grown = tl.sample()[1][0]
     print("replicas timeline (s, replicas):", tl.replicas)
