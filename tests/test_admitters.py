@@ -12,7 +12,7 @@ import pytest
 from kube.fixtures import make_registry
 
 from nodeagent.cluster.admission.limitrange import apply_defaults, parse_items, validate
-from nodeagent.cluster.admission.quota import PodFacts, parse_resource_quota
+from nodeagent.cluster.admission.quota import PodFacts, parse_resource_quota, resize_delta
 from nodeagent.cluster.admission.tolerations import add_default_tolerations
 from nodeagent.cluster.admitters.chain import AdmissionChain
 from nodeagent.cluster.admitters.quota import QuotaStatus
@@ -21,6 +21,7 @@ from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.options import Context, DeleteOptions, ListOptions
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.core.errors import ValidationErrors
+from nodeagent.core.quantity import Quantity, parse_quantity
 
 CTX = Context(field_manager="test")
 
@@ -237,3 +238,96 @@ async def test_quota_used_is_exact_under_concurrent_creates_and_drops_on_delete(
     finally:
         for r in runners:
             r.cancel()
+
+
+# ---- pods/resize: LimitRanger and ResourceQuota check the new resources -----------------------------
+async def resize(reg: Registry, name: str, requests: dict[str, str], limits: dict[str, str]) -> dict[str, Any]:
+    current = await pods(reg).get("default", name)
+    current["spec"]["containers"][0]["resources"] = {"requests": requests, "limits": limits}
+    got, _ = await pods(reg).update("default", name, current, CTX, subresource="resize")
+    assert isinstance(got, dict)
+    return got
+
+
+@pytest.mark.parametrize(("requests", "limits", "message"), [
+    # LimitRanger (LIMITS: cpu min 50m, max 1, limit/request at most 10)
+    ({"cpu": "40m", "memory": "128Mi"}, {"cpu": "100m", "memory": "256Mi"},
+     "minimum cpu usage per Container is 50m, but request is 40m"),
+    ({"cpu": "200m", "memory": "128Mi"}, {"cpu": "1500m", "memory": "256Mi"},
+     "maximum cpu usage per Container is 1, but limit is 1500m"),
+    ({"cpu": "60m", "memory": "128Mi"}, {"cpu": "1", "memory": "256Mi"}, "cpu max limit to request ratio per Container is 10, but provided ratio is "
+                                   "16.666667"),
+    # ResourceQuota q: requests.cpu 1, limits.memory 1Gi; the other pod uses 300m and 256Mi
+    ({"cpu": "800m", "memory": "128Mi"}, {"cpu": "1", "memory": "256Mi"},
+     "exceeded quota: q, requested: requests.cpu=600m, used: requests.cpu=500m, limited: requests.cpu=1"),
+    ({"cpu": "200m", "memory": "128Mi"}, {"cpu": "1", "memory": "900Mi"},
+     "exceeded quota: q, requested: limits.memory=644Mi, used: limits.memory=512Mi, limited: limits.memory=1Gi"),
+    ({"cpu": "800m", "memory": "128Mi"}, {"cpu": "1", "memory": "900Mi"},
+     "exceeded quota: q, requested: limits.memory=644Mi,requests.cpu=600m, used: limits.memory=512Mi,"
+     "requests.cpu=500m, limited: limits.memory=1Gi,requests.cpu=1"),
+    # within everything: admitted (and a shrink is never refused, whatever the quota says)
+    ({"cpu": "700m", "memory": "128Mi"}, {"cpu": "1", "memory": "768Mi"}, None),
+    ({"cpu": "100m", "memory": "128Mi"}, {"cpu": "1", "memory": "200Mi"}, None),
+])
+async def test_a_resize_is_checked_against_limit_ranges_and_quotas(
+        reg: Registry, requests: dict[str, str], limits: dict[str, str], message: str | None) -> None:
+    """Upstream's LimitRanger takes UPDATE on pods/resize, and the quota admission charges a resize's
+    growth, usage(new) - usage(old): both 403 with their words; nothing is written when refused."""
+    await pods(reg).create("default", pod("other", requests={"cpu": "300m", "memory": "128Mi"},
+                                          limits={"cpu": "1", "memory": "256Mi"}), CTX)
+    await pods(reg).create("default", pod("web", requests={"cpu": "200m", "memory": "128Mi"},
+                                          limits={"cpu": "1", "memory": "256Mi"}), CTX)
+    await reg.resource("", "v1", "limitranges").create("default", LIMITS, CTX)
+    quotas = reg.resource("", "v1", "resourcequotas")
+    await quotas.create("default", quota("q", {"requests.cpu": "1", "limits.memory": "1Gi"}), CTX)
+    if message is None:
+        got = await resize(reg, "web", requests, limits)
+        assert got["spec"]["containers"][0]["resources"]["requests"] == requests
+        assert got["metadata"]["generation"] == 2
+        return
+    e = await refused(resize(reg, "web", requests, limits))
+    assert (e.code, e.status["reason"]) == (403, "Forbidden")
+    assert e.status["message"] == f'pods "web" is forbidden: {message}'
+    kept = await pods(reg).get("default", "web")
+    assert kept["metadata"]["generation"] == 1
+    assert kept["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "200m", "memory": "128Mi"}
+
+
+async def test_resizes_admitted_one_after_the_other_are_counted_at_their_new_size(reg: Registry) -> None:
+    """The ledger caches a pod's usage by (uid, generation) and keeps an admitted resize in flight
+    until the store shows it: a second resize, or a new pod, sees the first one's growth."""
+    quotas = reg.resource("", "v1", "resourcequotas")
+    await quotas.create("default", quota("q", {"requests.cpu": "1"}), CTX)
+    await pods(reg).create("default", pod("a", requests={"cpu": "200m"}, limits={"cpu": "1"}), CTX)
+    await pods(reg).create("default", pod("b", requests={"cpu": "200m"}, limits={"cpu": "1"}), CTX)
+    await resize(reg, "a", {"cpu": "500m"}, {"cpu": "1"})  # used 700m
+    e = await refused(resize(reg, "b", {"cpu": "600m"}, {"cpu": "1"}))
+    assert e.status["message"] == ('pods "b" is forbidden: exceeded quota: q, requested: requests.cpu=400m, '
+                                   "used: requests.cpu=700m, limited: requests.cpu=1")
+    e = await refused(pods(reg).create("default", pod("c", requests={"cpu": "400m"}, limits={"cpu": "1"}), CTX))
+    assert "used: requests.cpu=700m" in e.status["message"]
+    await resize(reg, "b", {"cpu": "500m"}, {"cpu": "1"})  # exactly 1
+    await resize(reg, "a", {"cpu": "100m"}, {"cpu": "1"})  # a shrink frees 400m
+    await pods(reg).create("default", pod("c", requests={"cpu": "400m"}, limits={"cpu": "1"}), CTX)
+
+
+async def test_concurrent_resizes_cannot_both_take_the_last_room(reg: Registry) -> None:
+    quotas = reg.resource("", "v1", "resourcequotas")
+    await quotas.create("default", quota("q", {"requests.cpu": "1"}), CTX)
+    for name in ("a", "b"):
+        await pods(reg).create("default", pod(name, requests={"cpu": "200m"}, limits={"cpu": "1"}), CTX)
+    results = await asyncio.gather(resize(reg, "a", {"cpu": "700m"}, {"cpu": "1"}),
+                                   resize(reg, "b", {"cpu": "700m"}, {"cpu": "1"}), return_exceptions=True)
+    assert sorted(type(r).__name__ for r in results) == ["StatusError", "dict"], results
+    e = next(r for r in results if isinstance(r, StatusError))
+    assert "requested: requests.cpu=500m, used: requests.cpu=900m" in e.status["message"]
+
+
+def test_resize_delta_is_the_growth_only() -> None:
+    def qs(**values: str) -> dict[str, Quantity]:
+        return {k.replace("_", "."): parse_quantity(v) for k, v in values.items()}
+
+    assert resize_delta(qs(requests_cpu="500m", limits_memory="1Gi", pods="1"),
+                        qs(requests_cpu="200m", limits_memory="2Gi", pods="1")) == qs(requests_cpu="300m")
+    assert resize_delta(qs(requests_cpu="100m"), qs(requests_cpu="200m")) == {}
+    assert resize_delta(qs(limits_cpu="1"), {}) == qs(limits_cpu="1")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from nodeagent.cluster.autoscaling import together
-from nodeagent.cluster.autoscaling.coexist import effective_spec, owned_by_hpa, resolve, same_target
+from nodeagent.cluster.autoscaling.coexist import effective_spec, owned_by_hpa, resolve, same_target, without_taken
 from nodeagent.cluster.autoscaling.hpa.spec import parse_hpa_spec
 from nodeagent.cluster.autoscaling.vpa.spec import parse_vpa_spec
 
@@ -54,6 +54,14 @@ def test_hpa_on_cpu_vpa_on_both_keeps_memory_for_the_vpa() -> None:
                            "message": "resources scaled by a HorizontalPodAutoscaler are not controlled (app: cpu; log: cpu)"}
     eff = effective_spec(vpa(), r)
     assert eff.controlled_resources("app") == ("memory",) and eff.controlled_resources("log") == ("memory",)
+    assert r.by_hpa == {"shop/web": r.warnings}
+    made_before = {"containerRecommendations": [
+        {"containerName": c, "target": {"cpu": "500m", "memory": "1Gi"}, "lowerBound": {"cpu": "400m"}}
+        for c in ("app", "other")]}
+    assert without_taken(made_before, r) == {"containerRecommendations": [
+        {"containerName": "app", "target": {"memory": "1Gi"}, "lowerBound": {}},
+        {"containerName": "other", "target": {"cpu": "500m", "memory": "1Gi"}, "lowerBound": {"cpu": "400m"}}]}
+    assert without_taken(made_before, resolve(vpa(), "v", [], ["app"])) is made_before
 
 
 def test_the_article_setup_has_nothing_to_resolve() -> None:

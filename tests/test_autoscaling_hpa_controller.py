@@ -57,15 +57,19 @@ T0 = 1_700_000_000.0
 
 
 def hpa(metrics: list[dict[str, Any]] | None = None, *, min_replicas: int = 1, max_replicas: int = 10,
-        behavior: dict[str, Any] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
+        behavior: dict[str, Any] | None = None, status: dict[str, Any] | None = None,
+        generation: int | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
                             "minReplicas": min_replicas, "maxReplicas": max_replicas}
     if metrics is not None:
         spec["metrics"] = metrics
     if behavior is not None:
         spec["behavior"] = behavior
+    meta: dict[str, Any] = {"name": "web", "namespace": "shop"}
+    if generation is not None:
+        meta["generation"] = generation
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-            "metadata": {"name": "web", "namespace": "shop"}, "spec": spec, "status": status or {}}
+            "metadata": meta, "spec": spec, "status": status or {}}
 
 
 def cpu_metric(utilization: int = 50) -> dict[str, Any]:
@@ -302,3 +306,23 @@ def test_a_stored_spec_that_does_not_parse_is_left_alone() -> None:
     broken["spec"]["maxReplicas"] = 0
     out = reconcile(broken, Scale(3, 3, "app=web"), ready_pods(3), Reader(), History(), T0)
     assert not out.rescale and out.error is not None and "spec.maxReplicas" in out.error
+
+
+def test_observed_generation_is_the_spec_generation_the_status_was_computed_from() -> None:
+    """setStatus writes metadata.generation as status.observedGeneration (kubernetes#138228) on every
+    path that rebuilds the status; the paths that only touch conditions keep the previous one."""
+    scaled = reconcile(hpa([cpu_metric(50)], generation=4), Scale(3, 3, "app=web"), ready_pods(3),
+                       Reader({"cpu": usage(900, 900, 900)}), History(), T0)
+    assert scaled.status["observedGeneration"] == 4
+    steady = reconcile(hpa([cpu_metric(90)], generation=5, status=scaled.status), Scale(3, 3, "app=web"),
+                       ready_pods(3), Reader({"cpu": usage(900, 900, 900)}), History(), T0 + 15)
+    assert not steady.rescale and steady.status["observedGeneration"] == 5
+    no_metrics = reconcile(hpa([cpu_metric()], generation=6), Scale(3, 3, "app=web"), ready_pods(3), Reader(),
+                           History(), T0)
+    assert no_metrics.error is not None and no_metrics.status["observedGeneration"] == 6
+    assert rescale_failed(scaled, {}, 3, "gone", T0).status["observedGeneration"] == 4
+    no_scale = reconcile(hpa([cpu_metric()], generation=7, status={"observedGeneration": 2}), None, [], Reader(),
+                         History(), T0, scale_error="not found")
+    assert no_scale.status["observedGeneration"] == 2
+    assert "observedGeneration" not in reconcile(hpa([cpu_metric(50)]), Scale(3, 3, "app=web"), ready_pods(3),
+                                                 Reader({"cpu": usage(900, 900, 900)}), History(), T0).status

@@ -64,3 +64,20 @@ def test_hpa_settings_come_from_the_server_config() -> None:
     with pytest.raises(ConfigError) as e:
         parse_server_config({"horizontalPodAutoscaler": {"syncPerod": "5s"}}, "server.yaml")
     assert "syncPerod" in str(e.value)
+
+
+def test_vpa_settings_come_from_the_server_config() -> None:
+    """The periods and the upstream flags a short-lived cluster needs; upstream's defaults otherwise."""
+    from nodeagent.cluster.controlplane import vpa_settings
+    default = vpa_settings(parse_server_config({}, "t"))
+    assert (default.recommender_interval, default.updater_interval) == (60.0, 60.0)
+    assert (default.recommender.pod_min_memory_mb, default.recommender.pod_min_cpu_millicores) == (250.0, 25.0)
+    assert default.updater.pod_lifetime_threshold == 12 * 3600.0
+    s = vpa_settings(parse_server_config({"verticalPodAutoscaler": {
+        "recommenderInterval": "1s", "podRecommendationMinMemoryMb": 16, "podRecommendationMinCpuMillicores": 5,
+        "inRecommendationBoundsEvictionLifetimeThreshold": "10s"}}, "t"))
+    assert s.recommender_interval == 1.0 and s.recommender.pod_min_memory_mb == 16.0
+    assert s.recommender.pod_min_cpu_millicores == 5.0 and s.updater.pod_lifetime_threshold == 10.0
+    with pytest.raises(ConfigError) as e:
+        parse_server_config({"verticalPodAutoscaler": {"podRecommendationMinMemoryMb": -1}}, "server.yaml")
+    assert "podRecommendationMinMemoryMb" in str(e.value)

@@ -37,9 +37,11 @@ REQUESTS = {"cpu": "100m", "memory": "100Mi"}
 @dataclass
 class Recorded:
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.events.append((obj["kind"], obj["metadata"]["name"], reason))
+        self.messages.append(message)
 
 
 class Actions:
@@ -435,3 +437,58 @@ async def test_a_vpa_naming_another_recommender_is_left_to_it(world: World) -> N
     vpa = await world.recommend()
     assert "status" not in vpa or not vpa["status"]
     assert (await world.client.store(VPA, "VerticalPodAutoscalerCheckpoint").list(NS, ListOptions())).items == []
+
+
+async def test_an_hpa_on_cpu_takes_cpu_from_the_vpa_of_the_same_deployment() -> None:
+    """coexist wired: the recommender recommends memory only while an HPA scales the Deployment on CPU,
+    says so in ConfigUnsupported and warns the VPA and the HPA once; the updater resizes and the
+    admission sets memory only, even from a recommendation made before the HPA came; deleting the HPA
+    gives CPU back."""
+    world = await make_world(serve_resize=True)
+    try:
+        r = await recommended(world, "InPlaceOrRecreate")
+        assert set(r["target"]) == {"cpu", "memory"}
+        hpas = world.client.resource("autoscaling/v2", "HorizontalPodAutoscaler")
+        await hpas.create(NS, {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "web-hpa", "namespace": NS},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "minReplicas": 1, "maxReplicas": 5, "metrics": [{"type": "Resource", "resource": {
+                         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}})
+        await world.refresh()
+        # a pod the HPA adds, admitted while the recommendation still has cpu: its cpu stays as asked
+        rs = await world.client.resource("apps/v1", "ReplicaSet").get(NS, "web-1")
+        added = await world.pod("web-1-9", rs["metadata"]["uid"])
+        assert added["spec"]["containers"][0]["resources"]["requests"] == {
+            "cpu": REQUESTS["cpu"], "memory": r["target"]["memory"]}
+        await world.client.resource("v1", "Pod").delete(NS, "web-1-9")
+        await world.refresh()
+        await world.update()  # the recommendation still has cpu: only memory is applied
+        assert world.actions.resized, "the updater resized nobody"
+        for _, patch in world.actions.resized:
+            assert {op["path"] for op in patch} == {"/spec/containers/0/resources/requests/memory"}, patch
+        world.load(0.5, 400 * MiB)
+        vpa = await world.recommend()
+        assert set(rec(vpa)["target"]) == {"memory"}
+        condition = next(c for c in vpa["status"]["conditions"] if c["type"] == "ConfigUnsupported")
+        assert (condition["status"], condition["reason"], condition["message"]) == (
+            "True", "HorizontalPodAutoscalerOwnsResource",
+            "resources scaled by a HorizontalPodAutoscaler are not controlled (web: cpu)")
+        warning = ("VerticalPodAutoscaler web and HorizontalPodAutoscaler web-hpa both scale cpu of container web: "
+                   "the HPA owns it, the VPA leaves it alone")
+        warned = [e for e in world.recorded.events if e[2] == "ResourceOwnedByHPA"]
+        assert warned == [("VerticalPodAutoscaler", "web", "ResourceOwnedByHPA"),
+                          ("HorizontalPodAutoscaler", "web-hpa", "ResourceOwnedByHPA")], warned
+        assert world.recorded.messages.count(warning) == 2  # the same words on both
+        world.load(0.5, 400 * MiB)
+        await world.recommend()  # the condition stays: no new warning
+        assert len([e for e in world.recorded.events if e[2] == "ResourceOwnedByHPA"]) == 2
+        await hpas.delete(NS, "web-hpa")
+        await world.refresh()
+        world.load(0.5, 400 * MiB)
+        vpa = await world.recommend()
+        assert set(rec(vpa)["target"]) == {"cpu", "memory"}
+        assert "ConfigUnsupported" not in {c["type"] for c in vpa["status"]["conditions"]}
+    finally:
+        await world.reg.close()
+        await world.reg.store.close()

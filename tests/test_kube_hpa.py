@@ -203,6 +203,11 @@ def test_kubectl_autoscale_scales_a_deployment_on_cpu(cluster: tuple[Server, Loa
     v1 = get_json(server, "-n", NS, "get", "horizontalpodautoscalers.v1.autoscaling", "web")
     assert v1["apiVersion"] == "autoscaling/v1" and v1["spec"]["targetCPUUtilizationPercentage"] == 50
     assert v1["spec"]["minReplicas"] == 1 and v1["spec"]["maxReplicas"] == 5
+    assert v1["status"]["observedGeneration"] == v1["metadata"]["generation"] == 1, v1
+    # a spec change bumps the generation; the next sync (a spec change is synced at once) observes it
+    server.kubectl("patch", "hpa", "web", "-n", NS, "--type=merge", "-p", '{"spec":{"maxReplicas":6}}')
+    eventually(lambda: (h := get_json(server, "-n", NS, "get", "hpa", "web"))["metadata"]["generation"] == 2
+               and h["status"].get("observedGeneration") == 2, 10, "status.observedGeneration 2")
     assert "autoscaling.alpha.kubernetes.io/conditions" in v1["metadata"]["annotations"]
 
     describe = server.kubectl("describe", "hpa", "web", "-n", NS).stdout

@@ -1,7 +1,7 @@
 """`kubectl patch pod --subresource resize` against a real `nodeagent server run` (no agent): the
 spec's resources change and metadata.generation goes up, what is not a resource is ignored, a QoS
 class change is 422 with upstream's message, the plain pod update still refuses resources, and
-discovery lists pods/resize; the official Python client patches and replaces through it too."""
+discovery lists pods/resize, and a LimitRange or ResourceQuota the new resources break is 403; the official Python client patches and replaces through it too."""
 
 from __future__ import annotations
 
@@ -99,3 +99,45 @@ def test_discovery_and_python_client(server: Server) -> None:
     put = api.replace_namespaced_pod_resize("py", "default", current)
     assert put.spec.containers[0].resources.requests["cpu"] == "250m" and put.metadata.generation == 3
     assert put.spec.containers[0].image is None and not put.metadata.labels
+
+
+def test_a_resize_beyond_a_limit_range_or_a_quota_is_forbidden(server: Server) -> None:
+    """kubectl patch --subresource resize through the LimitRanger and the quota admission: 403 with
+    upstream's words, nothing written; a resize within both goes through."""
+    ns = "limited"
+    server.kubectl("create", "namespace", ns)
+    objects = [
+        {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "lr", "namespace": ns},
+         "spec": {"limits": [{"type": "Container", "max": {"memory": "256Mi"}, "min": {"cpu": "50m"}}]}},
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": ns},
+         "spec": {"hard": {"requests.cpu": "400m"}}},
+    ]
+    for obj in objects:
+        server.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "rz", "namespace": ns},
+            "spec": {"containers": [{"name": "c", "command": ["sleep", "3600"],
+                                     "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
+                                                   "limits": {"cpu": "200m", "memory": "64Mi"}}}]}}
+    server.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+    def patch(requests: dict[str, str], limits: dict[str, str]) -> Any:
+        p = {"spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": limits}}]}}
+        return server.kubectl("patch", "pod", "rz", "-n", ns, "--subresource", "resize", "--patch", json.dumps(p),
+                              check=False)
+
+    out = patch({"cpu": "100m"}, {"memory": "512Mi"})
+    assert out.returncode != 0
+    assert ('Error from server (Forbidden): pods "rz" is forbidden: maximum memory usage per Container is 256Mi, '
+            "but limit is 512Mi") in out.stderr, out.stderr
+    out = patch({"cpu": "20m"}, {"cpu": "200m"})
+    assert 'pods "rz" is forbidden: minimum cpu usage per Container is 50m, but request is 20m' in out.stderr, out.stderr
+    out = patch({"cpu": "500m"}, {"cpu": "600m"})
+    assert ('Error from server (Forbidden): pods "rz" is forbidden: exceeded quota: q, requested: requests.cpu=400m, '
+            "used: requests.cpu=100m, limited: requests.cpu=400m") in out.stderr, out.stderr
+    pod = json.loads(server.kubectl("get", "pod", "rz", "-n", ns, "-o", "json").stdout)
+    assert pod["metadata"]["generation"] == 1
+    out = patch({"cpu": "400m"}, {"cpu": "400m", "memory": "256Mi"})
+    assert out.returncode == 0 and "patched" in out.stdout, out.stderr
+    pod = json.loads(server.kubectl("get", "pod", "rz", "-n", ns, "-o", "json").stdout)
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "400m", "memory": "32Mi"},
+                                                         "limits": {"cpu": "400m", "memory": "256Mi"}}

@@ -69,6 +69,7 @@ async def test_v1_and_v2_are_one_object(stores: tuple[GenericStore, GenericStore
                                        "metadata": {"name": "web"},
                                        "spec": {"scaleTargetRef": REF, "maxReplicas": 5}}, CTX)
     assert made["spec"]["minReplicas"] == 1 and made["status"] == {"currentReplicas": 0, "desiredReplicas": 0}
+    assert made["metadata"]["generation"] == 1
     stored = await v2.get("default", "web")
     assert stored["apiVersion"] == "autoscaling/v2"
     assert stored["spec"]["metrics"] == [cpu(80)]  # v1's implicit default, made explicit in v2
@@ -88,6 +89,7 @@ async def test_v1_and_v2_are_one_object(stores: tuple[GenericStore, GenericStore
     assert back["spec"]["maxReplicas"] == 7 and back["spec"]["metrics"] == [MEMORY, cpu(60)]
     assert back["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 60
     assert back["spec"]["behavior"]["scaleUp"]["policies"]  # defaulted when a behavior is given
+    assert back["metadata"]["generation"] == 3  # a spec change through either version bumps it
     assert "annotations" not in back["metadata"]  # the round-trip annotations are not stored
 
 
@@ -102,6 +104,7 @@ async def test_status_is_its_own_subresource(stores: tuple[GenericStore, Generic
         {"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 75,
                                                                      "averageValue": "375m"}}}]}
     await v2.update("default", "web", {**made, "status": status}, CTX, subresource="status")
+    assert (await v2.get("default", "web"))["metadata"]["generation"] == 1  # a status write does not
     spec_update = copy.deepcopy(await v2.get("default", "web"))
     spec_update["spec"]["maxReplicas"] = 6
     spec_update["status"] = {"desiredReplicas": 0}

@@ -47,6 +47,8 @@ from nodeagent.cluster.autoscaling.hpa.fast import FastConfig
 from nodeagent.cluster.autoscaling.hpa.replicas import CalculatorConfig
 from nodeagent.cluster.autoscaling.metrics.external import PrometheusSource
 from nodeagent.cluster.autoscaling.metrics.scrape import MetricsStore
+from nodeagent.cluster.autoscaling.vpa.recommender import RecommenderConfig
+from nodeagent.cluster.autoscaling.vpa.updater import UpdaterConfig
 from nodeagent.cluster.controllers.manager.client import FIELD_MANAGER, USER, ApiError, Obj
 from nodeagent.cluster.controllers.manager.horizontal import HorizontalSettings
 from nodeagent.cluster.controllers.manager.manager import ControllerManager
@@ -292,9 +294,14 @@ def hpa_settings(config: ServerConfig, metric_window: float) -> HorizontalSettin
 
 
 def vpa_settings(config: ServerConfig) -> VerticalSettings:
-    """The VPA loops' periods from the config (the pure cores keep upstream's defaults)."""
+    """The VPA loops' periods and flags from the config (the rest of the pure cores' settings keep
+    upstream's defaults)."""
     vpa = config.vertical_pod_autoscaler
-    return VerticalSettings(vpa.recommender_interval, vpa.checkpoint_interval, vpa.updater_interval)
+    return VerticalSettings(
+        vpa.recommender_interval, vpa.checkpoint_interval, vpa.updater_interval,
+        recommender=RecommenderConfig(pod_min_cpu_millicores=vpa.pod_recommendation_min_cpu_millicores,
+                                      pod_min_memory_mb=vpa.pod_recommendation_min_memory_mb),
+        updater=UpdaterConfig(pod_lifetime_threshold=vpa.in_recommendation_bounds_eviction_lifetime_threshold))
 
 
 class Feed:

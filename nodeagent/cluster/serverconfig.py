@@ -42,10 +42,13 @@
       rules:                    # prometheus-adapter's externalRules, kept small; none: a name is its series
         - name: queue_depth
           query: sum(queue_messages{<<.LabelMatchers>>})
-    verticalPodAutoscaler:      # vpa-recommender's and vpa-updater's intervals
+    verticalPodAutoscaler:      # vpa-recommender's and vpa-updater's flags
       recommenderInterval: 1m
       checkpointInterval: 1m
       updaterInterval: 1m
+      podRecommendationMinCpuMillicores: 25     # the floor of a pod's recommendation, split over its containers
+      podRecommendationMinMemoryMb: 250
+      inRecommendationBoundsEvictionLifetimeThreshold: 12h   # pods within bounds are updated only older than this
 """
 
 from __future__ import annotations
@@ -155,13 +158,18 @@ class ExternalMetricsConfig(BaseModel):
 
 
 class VerticalPodAutoscalerConfig(BaseModel):
-    """The VPA loops' periods (upstream's --recommender-interval and --updater-interval, 1 min)."""
+    """The VPA loops' periods (upstream's --recommender-interval and --updater-interval, 1 min), and the
+    recommender's and updater's flags a short-lived cluster needs (--pod-recommendation-min-*,
+    --in-recommendation-bounds-eviction-lifetime-threshold); upstream's defaults."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
     recommender_interval: PositiveDuration = 60.0
     checkpoint_interval: PositiveDuration = 60.0
     updater_interval: PositiveDuration = 60.0
+    pod_recommendation_min_cpu_millicores: float = Field(default=25.0, ge=0.0)
+    pod_recommendation_min_memory_mb: float = Field(default=250.0, ge=0.0)
+    in_recommendation_bounds_eviction_lifetime_threshold: Annotated[GoDuration, Field(ge=0.0)] = 12 * 3600.0
 
 
 class ServerConfig(BaseModel):

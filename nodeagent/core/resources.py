@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from nodeagent.core.quantity import Quantity
 
 if TYPE_CHECKING:
-    from nodeagent.core.model import Pod
+    from nodeagent.core.model import Container, Pod
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -81,14 +81,18 @@ def _sum_per_resource(lists: Iterable[Mapping[str, Quantity]]) -> dict[str, Quan
 
 
 def _with_init_containers(pod: Pod, of: str) -> dict[str, Quantity]:
-    """resourcehelper.PodRequests / PodLimits: the app containers and the sidecars run together;
-    each regular init container runs alone beside the sidecars started before it; the pod needs
-    the larger of the two, per resource."""
-    total = _sum_per_resource(getattr(c.resources, of) for c in pod.spec.containers)
+    return combine_containers(pod, lambda c: getattr(c.resources, of))
+
+
+def combine_containers(pod: Pod, amounts_of: Callable[[Container], Mapping[str, Quantity]]) -> dict[str, Quantity]:
+    """resourcehelper.PodRequests / PodLimits over what `amounts_of` says each container needs: the
+    app containers and the sidecars run together; each regular init container runs alone beside
+    the sidecars started before it; the pod needs the larger of the two, per resource."""
+    total = _sum_per_resource(amounts_of(c) for c in pod.spec.containers)
     sidecars: dict[str, Quantity] = {}
     peak: dict[str, Quantity] = {}
     for c in pod.spec.init_containers:
-        amounts: Mapping[str, Quantity] = getattr(c.resources, of)
+        amounts: Mapping[str, Quantity] = amounts_of(c)
         if c.is_sidecar:
             total = _sum_per_resource([total, amounts])
             sidecars = _sum_per_resource([sidecars, amounts])

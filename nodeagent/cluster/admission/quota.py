@@ -299,6 +299,22 @@ def compute_used(quota: ResourceQuota, pods: Iterable[Pod],
     return used
 
 
+def constraints(quota: ResourceQuota, pod: Pod) -> QuotaMissingRequests | None:
+    """The pod evaluator's Constraints: a quota on cpu or memory needs every container to state it."""
+    return _missing(quota, pod)
+
+
+def resize_delta(new: Mapping[str, Quantity], old: Mapping[str, Quantity]) -> dict[str, Quantity]:
+    """What a pods/resize charges: quota.SubtractWithNonNegativeResult(usage(new), usage(old)) without
+    the zeros (RemoveZeros), so a resize that grows nothing is never refused."""
+    out: dict[str, Quantity] = {}
+    for name, q in new.items():
+        grown = q - old[name] if name in old else q
+        if grown.sign() > 0:
+            out[name] = grown
+    return out
+
+
 def _missing(quota: ResourceQuota, pod: Pod) -> QuotaMissingRequests | None:
     required = VALIDATION_SET.intersection(quota.hard)
     missing: dict[str, set[str]] = {}

@@ -4,7 +4,12 @@ charges), the mutating plugins LimitRanger, Priority, DefaultTolerationSeconds, 
 mutating webhook upstream, so after the built-in mutating plugins), then the validating ones
 LimitRanger, ResourceQuota (always last: it charges what the others let through), then any other
 admitter (RBAC escalation). A pod whose resources a plugin changed gets its
-status.qosClass computed again."""
+status.qosClass computed again.
+
+A pods/resize goes through LimitRanger's validation (its SupportsAttributes takes UPDATE on the
+resize subresource: min, max and maxLimitRequestRatio hold for the new resources; the defaults
+were set at creation and resize validation forbids removing a request or limit) and ResourceQuota
+(the growth is charged), both 403 as at creation. A pod being deleted is left alone."""
 
 from __future__ import annotations
 
@@ -49,12 +54,20 @@ class AdmissionChain:
             if defaulted or resized:
                 _requalify(obj)
             self.limits.validate(obj, items)
+        elif _pod_resize(operation, info, subresource) and old is not None:
+            if not old["metadata"].get("deletionTimestamp"):
+                self.limits.validate(obj, await self.limits.items(str(obj["metadata"].get("namespace") or "")))
+            await self.quota.admit_resize(obj, old)
         elif info.group == "scheduling.k8s.io" and info.plural == "priorityclasses" and not subresource:
             await self.priority.admit_class(operation, obj)
         if operation == "CREATE" and not subresource:
             await self.quota.admit(info, obj)
         for admitter in self.extra:
             await admitter.admit(operation, info, obj, old, subresource=subresource, ctx=ctx)
+
+
+def _pod_resize(operation: Operation, info: ResourceInfo, subresource: str) -> bool:
+    return operation == "UPDATE" and subresource == "resize" and info.group == "" and info.plural == "pods"
 
 
 def _requalify(obj: dict[str, Any]) -> None:

@@ -9,6 +9,12 @@ misses an admitted object. An in-flight entry goes when a listing shows its obje
 AlreadyExists failure is the object listed already) or after IN_FLIGHT_SECONDS (a create that
 failed for another reason). A refusal is 403 Forbidden with kube's "exceeded quota" message.
 
+A pods/resize is charged as upstream's quota admission charges an update (the pod evaluator handles
+UPDATE on the resize subresource): the constraints first ("must specify"), then only the growth,
+usage(new) - usage(old) floored at zero per resource; nothing grows, nothing is checked. The pod's
+usage is cached by (uid, generation), a resize bumping the generation; an admitted resize is in
+flight with its generation, and stays so until a listing shows the pod at that generation.
+
 `QuotaStatus.run` keeps status.hard and status.used written (the quota controller's job): for a
 namespace marked dirty (an admission, a pod or quota change from a Feed) and every RESYNC, so a
 restart or a missed change converges.
@@ -30,9 +36,11 @@ from nodeagent.cluster.admission.quota import (
     ResourceQuota,
     check,
     check_usage,
+    constraints,
     object_usage,
     parse_resource_quota,
     pod_usage,
+    resize_delta,
 )
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo
@@ -61,6 +69,7 @@ class _Charge:
     usage: Usage
     facts: PodFacts | None
     until: float
+    generation: int = 0  # a resize's: the listed pod replaces the charge once it is at least this new
 
 
 def count_name(info: ResourceInfo) -> str:
@@ -73,6 +82,11 @@ def pod_facts(obj: Obj, pod: Pod) -> PodFacts:
     deadline = spec.get("activeDeadlineSeconds")
     return PodFacts(terminating=isinstance(deadline, int) and deadline >= 0, best_effort=qos_class(pod) == "BestEffort",
                     priority_class=str(spec.get("priorityClassName") or ""))
+
+
+def _generation(obj: Obj) -> int:
+    value = obj["metadata"].get("generation")
+    return value if isinstance(value, int) else 0
 
 
 def _live(obj: Obj) -> bool:
@@ -89,7 +103,7 @@ class QuotaLedger:
         self.quotas = registry.resource("", "v1", "resourcequotas")
         self.pods = registry.resource("", "v1", "pods")
         self.in_flight: dict[str, dict[tuple[str, str, str], _Charge]] = {}  # ns -> (group, plural, name)
-        self._pod_usage: dict[str, tuple[Usage, PodFacts]] = {}  # uid -> usage, facts
+        self._pod_usage: dict[str, tuple[int, Usage, PodFacts]] = {}  # uid -> generation, usage, facts
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
 
@@ -121,22 +135,25 @@ class QuotaLedger:
     def _usage(self, info: ResourceInfo, obj: Obj) -> tuple[Usage, PodFacts | None] | None:
         if info.group == "" and info.plural == "pods":
             uid = str(obj["metadata"].get("uid") or "")
+            generation = _generation(obj)
             cached = self._pod_usage.get(uid)
-            if cached is None:
+            if cached is None or cached[0] != generation:  # a resize changed the pod's resources
                 try:
                     pod = pod_model(obj)
                 except (ValidationErrors, ValueError):
                     return None
-                cached = ({**pod_usage(pod), count_name(info): Quantity.from_value(1)}, pod_facts(obj, pod))
+                cached = (generation, {**pod_usage(pod), count_name(info): Quantity.from_value(1)},
+                          pod_facts(obj, pod))
                 if uid:
                     self._pod_usage[uid] = cached
-            return cached
+            return cached[1], cached[2]
         return object_usage(info.plural if not info.group else f"{info.plural}.{info.group}"), None
 
     async def snapshot(self, namespace: str, stores: list[GenericStore]) -> Objects:
         """Every object the quotas may count, by (group, plural, name): listed ones, then those in flight."""
         now = self.clock.now()
         out: Objects = {}
+        generations: dict[tuple[str, str, str], int] = {}
         seen_uids: set[str] = set()
         for gs in stores:
             for obj in (await gs.list(namespace, ListOptions())).items:
@@ -147,10 +164,12 @@ class QuotaLedger:
                         continue
                 got = self._usage(gs.info, obj)
                 if got is not None:
-                    out[(gs.info.group, gs.info.plural, obj["metadata"]["name"])] = got
+                    key = (gs.info.group, gs.info.plural, obj["metadata"]["name"])
+                    out[key] = got
+                    generations[key] = _generation(obj)
         flying = self.in_flight.get(namespace, {})
         for key, charge in list(flying.items()):
-            if key in out or charge.until <= now:
+            if (key in out and generations.get(key, 0) >= charge.generation) or charge.until <= now:
                 del flying[key]
             else:
                 out[key] = (charge.usage, charge.facts)
@@ -159,6 +178,14 @@ class QuotaLedger:
         if len(self._pod_usage) > 4 * max(1, len(seen_uids)) + 1024:  # forget pods long gone
             self._pod_usage = {u: v for u, v in self._pod_usage.items() if u in seen_uids}
         return out
+
+    async def snapshot_for(self, namespace: str, quotas: list[ResourceQuota]) -> Objects:
+        """The snapshot of every kind these quotas count."""
+        stores: dict[int, GenericStore] = {}
+        for q in quotas:
+            for gs in self._stores_for(q):
+                stores[id(gs)] = gs
+        return await self.snapshot(namespace, list(stores.values()))
 
     @staticmethod
     def used(quota: ResourceQuota, objects: Objects) -> Usage:
@@ -203,11 +230,7 @@ class QuotaAdmission:
         relevant = [q for _, q in quotas if q.matches(facts) and set(q.hard) & set(usage)]
         if not relevant:
             return
-        stores: dict[int, GenericStore] = {}
-        for q in relevant:
-            for gs in ledger._stores_for(q):
-                stores[id(gs)] = gs
-        objects = await ledger.snapshot(ns, list(stores.values()))
+        objects = await ledger.snapshot_for(ns, relevant)
         # ---- no await from here: check every quota, then record the object as in flight ----
         key = (info.group, info.plural, name)
         objects.pop(key, None)  # an object of this name listed already: AlreadyExists follows
@@ -217,6 +240,40 @@ class QuotaAdmission:
             if refusal is not None:
                 raise errors.forbidden(info.plural, info.group, name, refusal.message)
         ledger.in_flight.setdefault(ns, {})[key] = _Charge(usage, facts, ledger.clock.now() + IN_FLIGHT_SECONDS)
+        ledger.mark(ns)
+
+    async def admit_resize(self, new: Obj, old: Obj) -> None:
+        """A pods/resize: refused (403) when the growth of the pod's usage would exceed a quota."""
+        ns = str(new["metadata"].get("namespace") or "")
+        name = str(new["metadata"].get("name") or "")
+        ledger = self.ledger
+        quotas = await ledger.quotas_of(ns)
+        if not quotas or not _live(old):
+            return
+        try:
+            pod, before = pod_model(new), pod_model(old)
+        except (ValidationErrors, ValueError):
+            return  # validation refuses it
+        facts = pod_facts(new, pod)
+        matching = [q for _, q in quotas if q.matches(facts)]
+        for q in matching:
+            if (missing := constraints(q, pod)) is not None:
+                raise errors.forbidden("pods", "", name, missing.message)
+        usage: Usage = {**pod_usage(pod), "count/pods": Quantity.from_value(1)}
+        delta = resize_delta(usage, pod_usage(before))
+        relevant = [q for q in matching if set(q.hard) & set(delta)]
+        if not relevant:
+            return
+        objects = await ledger.snapshot_for(ns, relevant)
+        # ---- no await from here (see admit) ----
+        key = ("", "pods", name)  # counted in `objects` as it is (or as a resize in flight makes it)
+        for q in relevant:
+            used = ledger.used(q, objects)
+            refusal = check_usage(q, used, delta)
+            if refusal is not None:
+                raise errors.forbidden("pods", "", name, refusal.message)
+        ledger.in_flight.setdefault(ns, {})[key] = _Charge(usage, facts, ledger.clock.now() + IN_FLIGHT_SECONDS,
+                                                            _generation(new))
         ledger.mark(ns)
 
 
@@ -239,11 +296,7 @@ class QuotaStatus:
         quotas = await ledger.quotas_of(namespace)
         if not quotas:
             return
-        stores: dict[int, GenericStore] = {}
-        for _, q in quotas:
-            for gs in ledger._stores_for(q):
-                stores[id(gs)] = gs
-        objects = await ledger.snapshot(namespace, list(stores.values()))
+        objects = await ledger.snapshot_for(namespace, [q for _, q in quotas])
         for obj, q in quotas:
             hard = {k: str(v) for k, v in q.hard.items()}
             used = {k: str(v) for k, v in ledger.used(q, objects).items()}

@@ -6,7 +6,8 @@ InPlaceOrRecreate replacements come up with the new size. The controlling VPA is
 namespace's VPAs whose target's selector (spec.selector of the targetRef object) selects the pod;
 with several, the oldest, as upstream's GetControllingVPAForPod breaks ties. Deviation: upstream
 also requires the target to be the pod's top-most controller (the owner chain); here a selector
-match is enough. A VPA with updateMode Off only records vpaObservedContainers.
+match is enough. A VPA with updateMode Off only records vpaObservedContainers. What an HPA on the
+same target scales (autoscaling/coexist) is left as the pod asks, whatever the recommendation says.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import structlog
 
+from nodeagent.cluster.autoscaling.coexist import effective_spec, resolve, without_taken
+from nodeagent.cluster.autoscaling.hpa.spec import parse_hpa_spec
 from nodeagent.cluster.autoscaling.vpa.admission import admit
 from nodeagent.cluster.autoscaling.vpa.spec import VPASpec, parse_vpa_spec
 from nodeagent.cluster.controllers.common.selectors import matches
@@ -32,6 +35,7 @@ class VPAAdmission:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.vpas = registry.resource("autoscaling.k8s.io", "v1", "verticalpodautoscalers")
+        self.hpas = registry.resource("autoscaling", "v2", "horizontalpodautoscalers")
 
     def _info(self, api_version: str, kind: str) -> ResourceInfo | None:
         for info in self.registry.catalog:
@@ -72,6 +76,17 @@ class VPAAdmission:
         if chosen is None:
             return False
         _, name, spec, recommendation = chosen
+        hpas = []
+        for hpa in (await self.hpas.list(ns, ListOptions())).items:
+            try:
+                hpas.append((str(hpa["metadata"]["name"]), parse_hpa_spec(hpa.get("spec"))))
+            except ValidationErrors:
+                continue
+        containers = [str(c.get("name", "")) for c in (pod.get("spec") or {}).get("containers") or ()
+                      if isinstance(c, Mapping)]
+        resolution = resolve(spec, name, hpas, containers)
+        if resolution.taken:
+            spec, recommendation = effective_spec(spec, resolution), without_taken(recommendation, resolution)
         result = admit(pod, name, spec, recommendation)
         pod.clear()
         pod.update(result.pod)

@@ -23,7 +23,8 @@ resource back to the VPA at the next recommendation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from nodeagent.cluster.autoscaling.hpa.spec import HPASpec
 from nodeagent.cluster.autoscaling.vpa.spec import DEFAULT_CONTAINER, ContainerPolicy, VPASpec
@@ -70,6 +71,7 @@ class Resolution:
     taken: Mapping[str, tuple[str, ...]]  # container -> the resources it leaves to an HPA
     warnings: tuple[str, ...]
     condition: dict[str, str] | None  # the VPA status condition, when something was taken
+    by_hpa: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # HPA name -> the warnings naming it
 
 
 def resolve(vpa: VPASpec, vpa_name: str, hpas: Sequence[tuple[str, HPASpec]], containers: Sequence[str]) -> Resolution:
@@ -85,6 +87,7 @@ def resolve(vpa: VPASpec, vpa_name: str, hpas: Sequence[tuple[str, HPASpec]], co
     controlled: dict[str, tuple[str, ...]] = {}
     taken: dict[str, tuple[str, ...]] = {}
     warnings: list[str] = []
+    by_hpa: dict[str, list[str]] = {}
     for c in containers:
         declared = vpa.controlled_resources(c) if not vpa.scaling_off(c) else ()
         keep = tuple(r for r in declared if (c, r) not in owners)
@@ -93,10 +96,12 @@ def resolve(vpa: VPASpec, vpa_name: str, hpas: Sequence[tuple[str, HPASpec]], co
         if lost:
             taken[c] = lost
             for r in lost:
-                warnings.append(
+                warning = (
                     f"VerticalPodAutoscaler {vpa_name} and HorizontalPodAutoscaler {owners[(c, r)]} both "
                     f"scale {r} of container {c}: the HPA owns it, the VPA leaves it alone"
                 )
+                warnings.append(warning)
+                by_hpa.setdefault(owners[(c, r)], []).append(warning)
     condition = None
     if taken:
         parts = "; ".join(f"{c}: {', '.join(rs)}" for c, rs in sorted(taken.items()))
@@ -106,7 +111,7 @@ def resolve(vpa: VPASpec, vpa_name: str, hpas: Sequence[tuple[str, HPASpec]], co
             "reason": "HorizontalPodAutoscalerOwnsResource",
             "message": f"resources scaled by a HorizontalPodAutoscaler are not controlled ({parts})",
         }
-    return Resolution(controlled, taken, tuple(warnings), condition)
+    return Resolution(controlled, taken, tuple(warnings), condition, {h: tuple(w) for h, w in by_hpa.items()})
 
 
 def effective_spec(vpa: VPASpec, resolution: Resolution) -> VPASpec:
@@ -120,3 +125,22 @@ def effective_spec(vpa: VPASpec, resolution: Resolution) -> VPASpec:
     # keep the default policy last so named ones win, as GetContainerResourcePolicy looks them up
     policies.sort(key=lambda p: p.container_name == DEFAULT_CONTAINER)
     return replace(vpa, container_policies=tuple(policies))
+
+
+def without_taken(recommendation: Any, resolution: Resolution) -> Any:
+    """A status.recommendation without the resources an HPA owns (one made before the HPA came must
+    not be applied to them): what the updater and the admission act on."""
+    if not resolution.taken or not isinstance(recommendation, Mapping):
+        return recommendation
+    items = recommendation.get("containerRecommendations")
+    if not isinstance(items, list):
+        return recommendation
+    out = []
+    for item in items:
+        taken = resolution.taken.get(item.get("containerName", "")) if isinstance(item, Mapping) else None
+        if not taken:
+            out.append(item)
+            continue
+        out.append({k: ({r: q for r, q in v.items() if r not in taken} if isinstance(v, Mapping) else v)
+                    for k, v in item.items()})
+    return {**recommendation, "containerRecommendations": out}

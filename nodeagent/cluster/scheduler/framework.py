@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from nodeagent.cluster.scheduler import nodeaffinity, podspread
+from nodeagent.cluster.scheduler import requests as scheduler_requests
 from nodeagent.cluster.scheduler.node_table import (
     CPU,
     MEMORY,
@@ -56,7 +57,7 @@ from nodeagent.cluster.scheduler.node_table import (
 from nodeagent.core.errors import FieldError
 from nodeagent.core.model import SYSTEM_CRITICAL_PRIORITY, Toleration
 from nodeagent.core.qos import is_critical
-from nodeagent.core.resources import pod_requests
+from nodeagent.core.resources import combine_containers
 from nodeagent.core.tolerations import tolerated_by_any as tolerated_by_any
 from nodeagent.core.tolerations import tolerates as tolerates
 
@@ -141,10 +142,12 @@ class PodInfo:
         """Convert a parsed Pod; `priority` overrides spec.priority (e.g. from a PriorityClass).
         `obj`, the stored object, adds what the model does not carry: node affinity, topology
         spread, pod anti-affinity, owner references."""
-        requests = {name: amount(name, q) for name, q in pod_requests(pod).items()}
+        requests_of = scheduler_requests.requests_of(pod, obj)  # max(desired, allocated, actual) in a resize
+        requests = {name: amount(name, q) for name, q in combine_containers(pod, requests_of).items()}
         nz_cpu = nz_mem = 0
         for c in pod.spec.containers:
-            cpu, mem = c.resources.requests.get(CPU), c.resources.requests.get(MEMORY)
+            own = requests_of(c)
+            cpu, mem = own.get(CPU), own.get(MEMORY)
             nz_cpu += DEFAULT_MILLI_CPU_REQUEST if cpu is None else cpu.milli_value()
             nz_mem += DEFAULT_MEMORY_REQUEST if mem is None else mem.value()
         prio = pod.spec.priority if priority is None else priority

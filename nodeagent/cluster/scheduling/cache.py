@@ -24,6 +24,7 @@ from nodeagent.cluster.scheduler.framework import PREEMPT_LOWER_PRIORITY, Framew
 from nodeagent.cluster.scheduler.node_table import NOMINATED, NodeTable
 from nodeagent.cluster.scheduler.nodes import node_spec_of
 from nodeagent.cluster.scheduler.preemption import Budget
+from nodeagent.cluster.scheduler.requests import counted_status
 from nodeagent.core.errors import ValidationErrors
 
 log = structlog.get_logger(__name__)
@@ -150,9 +151,10 @@ class SchedulerCache:
                 return
             old = None
         spec = obj.get("spec") or {}
-        if old is not None and old.obj.get("spec") == spec and _placement_meta(old.obj) == _placement_meta(obj):
+        if old is not None and old.obj.get("spec") == spec and _placement_meta(old.obj) == _placement_meta(obj) \
+                and counted_status(old.obj) == counted_status(obj):
             cp = old
-            cp.obj = obj  # the same spec, labels and owners: the parsed view stays
+            cp.obj = obj  # the same spec, labels, owners and resize state: the parsed view stays
         else:
             try:
                 cp = CachedPod(obj, pod_info(obj))
@@ -168,6 +170,8 @@ class SchedulerCache:
         if node is not None and not cp.terminal:
             self.pending.pop(key, None)
             self._count(cp, node)
+            if old is not None and old is not cp and old.info.requests != cp.info.requests:
+                self.on_change()  # a resize moved what the pod holds: pending pods may fit now
             return
         self._uncount(key)
         if node is None and not cp.terminal and not cp.deleting and \

@@ -409,8 +409,13 @@ def _status(
     conditions: list[dict[str, Any]],
     rescale: bool,
     now: float,
+    generation: int | None,
 ) -> dict[str, Any]:
+    """setStatus: the status rebuilt at each sync, with the generation of the spec it was computed from
+    (status.observedGeneration, kubernetes#138228; kept as it was on the paths that do not call it)."""
     status: dict[str, Any] = {"currentReplicas": current, "desiredReplicas": desired}
+    if generation is not None:
+        status["observedGeneration"] = generation
     last = rfc3339(now) if rescale else previous.get("lastScaleTime")
     if last is not None:
         status["lastScaleTime"] = last
@@ -419,6 +424,11 @@ def _status(
     if conditions:
         status["conditions"] = conditions
     return status
+
+
+def _generation(meta: Mapping[str, Any]) -> int | None:
+    value = meta.get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _fix_event_namespace(events: list[Event], namespace: str) -> tuple[Event, ...]:
@@ -525,7 +535,14 @@ def reconcile(
             )
         if metric_desired == -1:
             status = _status(
-                previous, current, int(previous.get("desiredReplicas", 0) or 0), statuses, sync.conditions, False, now
+                previous,
+                current,
+                int(previous.get("desiredReplicas", 0) or 0),
+                statuses,
+                sync.conditions,
+                False,
+                now,
+                _generation(meta),
             )
             message = f"failed to compute desired number of replicas based on listed metrics for {reference}: {error}"
             sync.warn("FailedComputeMetricsReplicas", error or "")
@@ -600,7 +617,7 @@ def reconcile(
         history = store_scale_event(history, rules, current, desired, now)
     else:
         desired = current
-    status = _status(previous, current, desired, statuses, sync.conditions, rescale, now)
+    status = _status(previous, current, desired, statuses, sync.conditions, rescale, now, _generation(meta))
     return Outcome(
         desired,
         rescale,
@@ -651,6 +668,7 @@ def rescale_failed(outcome: Outcome, previous: Mapping[str, Any], current: int, 
         conditions,
         False,
         now,
+        outcome.status.get("observedGeneration"),
     )
     history = outcome.history_if_failed if outcome.history_if_failed is not None else outcome.history
     return Outcome(

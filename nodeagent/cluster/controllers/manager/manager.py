@@ -174,11 +174,12 @@ class ControllerManager:
             raise ValueError("the VPA needs a client with the scale subresource")
         vpas = self.informer("autoscaling.k8s.io/v1", "VerticalPodAutoscaler")
         index = self.horizontal.index if hasattr(self, "horizontal") else PodIndex(self.informer("v1", "Pod"))
+        hpas = self.informer("autoscaling/v2", "HorizontalPodAutoscaler")  # what they own, the VPA leaves (coexist)
         if "vpa-recommender" in enabled:
             self.vpa_recommender = VPARecommender(
                 clock, client, recorder(COMPONENTS["vpa-recommender"]), vpas=vpas,
                 checkpoints=self.informer("autoscaling.k8s.io/v1", "VerticalPodAutoscalerCheckpoint"),
-                pods=self.informer("v1", "Pod"), scales=scales, window=metrics, settings=vpa, index=index)
+                pods=self.informer("v1", "Pod"), scales=scales, window=metrics, settings=vpa, index=index, hpas=hpas)
             self.controllers.append(self.vpa_recommender)
         if "vpa-updater" in enabled:
             actions = pod_actions if pod_actions is not None else (client if isinstance(client, PodActions) else None)
@@ -188,7 +189,7 @@ class ControllerManager:
                 clock, client, recorder(COMPONENTS["vpa-updater"]), vpas=vpas, pods=self.informer("v1", "Pod"),
                 replicasets=self.informer("apps/v1", "ReplicaSet"),
                 pdbs=self.informer("policy/v1", "PodDisruptionBudget"), scales=scales, actions=actions,
-                settings=vpa, index=index)
+                settings=vpa, index=index, hpas=hpas)
             self.controllers.append(self.vpa_updater)
 
     def informer(self, api_version: str, kind: str) -> Informer:

@@ -19,17 +19,27 @@ the PodDisruptionBudgets' disruptionsAllowed) and acts: an eviction goes through
 spent budget answers 429 and the pod stays); an in-place resize goes through pods/resize, and when
 the server does not serve it (404) the pod is evicted instead. Off never acts; Initial acts only at
 admission (admitters/vpa.py).
+
+HPA and VPA on one workload (autoscaling/coexist): both loops read the HPAs of the VPA's namespace
+and act on the VPA's effective spec, in which an HPA scaling the same target on a resource's
+utilization (a Resource or ContainerResource metric on cpu or memory) owns that resource: the
+recommender neither recommends nor the updater applies it, the VPA's status carries the
+ConfigUnsupported condition naming what it leaves alone, and when that condition appears (or its
+message changes) a Warning event ("ResourceOwnedByHPA") goes to the VPA and to each HPA concerned.
+Removing the HPA gives the resource back at the next recommendation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
+from nodeagent.cluster.autoscaling.coexist import CONDITION, Resolution, effective_spec, resolve, without_taken
 from nodeagent.cluster.autoscaling.hpa.source import container_key
+from nodeagent.cluster.autoscaling.hpa.spec import HPASpec, parse_hpa_spec
 from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.cluster.autoscaling.vpa.aggregate import (
     AggregateContainerState,
@@ -67,6 +77,7 @@ API_VERSION = "autoscaling.k8s.io/v1"
 KIND, CHECKPOINT_KIND = "VerticalPodAutoscaler", "VerticalPodAutoscalerCheckpoint"
 RECOMMENDER, UPDATER = "vpa-recommender", "vpa-updater"
 DEFAULT_RECOMMENDER = "default"  # vpa-recommender's --recommender-name
+OWNED_BY_HPA = "ResourceOwnedByHPA"  # the Warning event when an HPA takes a resource from a VPA
 
 
 @runtime_checkable
@@ -118,6 +129,48 @@ def checkpoint_name(vpa: str, container: str) -> str:
     return f"{vpa}-{container}"
 
 
+class _Owners:
+    """The HPAs next to a VPA (coexist): which of the VPA's resources they own."""
+
+    def __init__(self, hpas: Informer | None) -> None:
+        self.hpas = hpas
+
+    def on_change(self, enqueue_namespace: Callable[[str], None]) -> None:
+        """Sync a namespace's VPAs when one of its HPAs comes, goes or changes its metrics."""
+        if self.hpas is None:
+            return
+
+        def updated(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+            if spec(old) != spec(new):
+                enqueue_namespace(namespace(new))
+
+        self.hpas.add_handlers(Handlers(lambda h: enqueue_namespace(namespace(h)), updated,
+                                        lambda h: enqueue_namespace(namespace(h))))
+
+    def _parsed(self, ns: str) -> list[tuple[Mapping[str, Any], HPASpec]]:
+        out = []
+        for hpa in self.hpas.in_namespace(ns) if self.hpas is not None else ():
+            try:
+                out.append((hpa, parse_hpa_spec(spec(hpa))))
+            except ValidationErrors:
+                continue  # the API validates HPAs; one that does not parse scales nothing
+        return out
+
+    def resolve(self, vpa: Mapping[str, Any], parsed: VPASpec,
+                containers: Sequence[str]) -> tuple[VPASpec, Resolution, list[Mapping[str, Any]]]:
+        """The VPA's effective spec, the resolution, and the HPAs that took something."""
+        hpas = self._parsed(namespace(vpa))
+        resolution = resolve(parsed, name(vpa), [(name(h), p) for h, p in hpas], containers)
+        if not resolution.taken:
+            return parsed, resolution, []
+        owners = [h for h, _ in hpas if name(h) in resolution.by_hpa]
+        return effective_spec(parsed, resolution), resolution, owners
+
+
+def _container_names(pods: Sequence[Mapping[str, Any]], known: Sequence[str]) -> list[str]:
+    return sorted({str(c.get("name", "")) for p in pods for c in _containers(p)} | set(known))
+
+
 class _Targets:
     """A VPA's pods: its target's scale selector over the pod index (shared by both loops)."""
 
@@ -140,9 +193,13 @@ class VPARecommender(Controller):
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, vpas: Informer,
                  checkpoints: Informer, pods: Informer, scales: Scales, window: SampleWindow | None,
-                 settings: VerticalSettings | None = None, index: PodIndex | None = None) -> None:
+                 settings: VerticalSettings | None = None, index: PodIndex | None = None,
+                 hpas: Informer | None = None) -> None:
         super().__init__(clock)
         self.client, self.vpas, self.checkpoints, self.window = client, vpas, checkpoints, window
+        self.recorder = recorder
+        self.owners = _Owners(hpas)
+        self.owners.on_change(self._enqueue_namespace)
         self.settings = settings or VerticalSettings()
         self.executor = Executor(client, recorder, RECOMMENDER)
         self.targets = _Targets(scales, index or PodIndex(pods))
@@ -157,6 +214,28 @@ class VPARecommender(Controller):
     def _updated(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         if spec(old) != spec(new):
             self.enqueue(key(new))
+
+    def _enqueue_namespace(self, ns: str) -> None:
+        for vpa in self.vpas.in_namespace(ns):
+            self.enqueue(key(vpa))
+
+    def _warn_ownership(self, vpa: Mapping[str, Any], resolution: Resolution, hpas: Sequence[Mapping[str, Any]],
+                        previous: Sequence[Any]) -> None:
+        """A Warning event on the VPA and on each HPA concerned, once per change of the condition."""
+        condition = resolution.condition
+        before = next((c for c in previous if isinstance(c, Mapping) and c.get("type") == CONDITION), None)
+        if condition is None or self.recorder is None:
+            return
+        if before is not None and before.get("status") == "True" and before.get("message") == condition["message"]:
+            return  # said already
+        log.info("vpa_resources_owned_by_hpa", vpa=key(vpa), hpas=",".join(name(h) for h in hpas),
+                 message=condition["message"])
+        for warning in resolution.warnings:
+            self.recorder.event({**vpa, "apiVersion": API_VERSION, "kind": KIND}, "Warning", OWNED_BY_HPA, warning)
+        for hpa in hpas:
+            for warning in resolution.by_hpa.get(name(hpa), ()):
+                self.recorder.event({**hpa, "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"},
+                                    "Warning", OWNED_BY_HPA, warning)
 
     def _forget(self, k: str) -> None:
         self.aggregates.pop(k, None)
@@ -271,13 +350,16 @@ class VPARecommender(Controller):
             self._feed(k, pod, states)
         self._prune(k, {key(p) for p in pods}, states, now)
         live = {n: s for n, s in states.items() if s.total_samples > 0 or not s.memory.is_empty()}
-        kept = recommended_states(live, parsed)
-        estimates = recommend(kept, self.settings.recommender, controlled_resources(parsed, sorted(kept)))
-        recommendation = recommendation_status(estimates, parsed) if estimates else None
+        effective, resolution, owners = self.owners.resolve(vpa, parsed, _container_names(pods, sorted(live)))
+        kept = recommended_states(live, effective)
+        estimates = recommend(kept, self.settings.recommender, controlled_resources(effective, sorted(kept)))
+        recommendation = recommendation_status(estimates, effective) if estimates else None
         previous = vpa.get("status") if isinstance(vpa.get("status"), Mapping) else {}
         assert isinstance(previous, Mapping)
         status = vpa_status(recommendation, bool(pods), now, generation=generation(vpa),
-                            previous=previous.get("conditions") or ())
+                            previous=previous.get("conditions") or (),
+                            extra=[resolution.condition] if resolution.condition is not None else ())
+        self._warn_ownership(vpa, resolution, owners, previous.get("conditions") or ())
         actions: Plan = Plan()
         if error is not None:
             actions.add(Event(ObjectRef.of(vpa, API_VERSION, KIND), "Warning", "FailedGetScale", error))
@@ -322,9 +404,11 @@ class VPAUpdater(Controller):
 
     def __init__(self, clock: Clock, client: Client, recorder: Recorder | None, *, vpas: Informer, pods: Informer,
                  replicasets: Informer, pdbs: Informer, scales: Scales, actions: PodActions,
-                 settings: VerticalSettings | None = None, index: PodIndex | None = None) -> None:
+                 settings: VerticalSettings | None = None, index: PodIndex | None = None,
+                 hpas: Informer | None = None) -> None:
         super().__init__(clock)
         self.vpas, self.replicasets, self.pdbs, self.actions = vpas, replicasets, pdbs, actions
+        self.owners = _Owners(hpas)
         self.recorder = recorder
         self.settings = settings or VerticalSettings()
         self.targets = _Targets(scales, index or PodIndex(pods))
@@ -386,7 +470,10 @@ class VPAUpdater(Controller):
         pods, _ = await self.targets.pods(vpa, parsed)
         ns = namespace(vpa)
         allowed, covering = self._budgets(ns, pods)
-        decided = plan(parsed, status_of(vpa).get("recommendation"), pods, self.clock.wall(), self.settings.updater,
+        # what an HPA owns is never applied, even from a recommendation made before the HPA came
+        effective, resolution, _ = self.owners.resolve(vpa, parsed, _container_names(pods, ()))
+        recommendation = without_taken(status_of(vpa).get("recommendation"), resolution)
+        decided = plan(effective, recommendation, pods, self.clock.wall(), self.settings.updater,
                        configured_replicas=self._configured(ns, pods), pdb_allowed=allowed, pod_pdbs=covering,
                        in_place_attempts=self.attempts.get(k, {}))
         attempts = dict(decided.in_place_attempts)

@@ -97,6 +97,7 @@ class HorizontalPodAutoscalerStrategy(Strategy):
         GROUP, "v2", KIND, PLURAL, "horizontalpodautoscaler", True, short_names=("hpa",), categories=("all",),
         subresources=(_status(KIND),))
     has_status = True
+    generation = True  # metadata.generation, for status.observedGeneration (kubernetes#138228)
     columns = (NAME,
                Column("Reference", description="scaleTargetRef points to the target resource to scale, and is used "
                                                "to the pods for which metrics should be collected, as well as to "
