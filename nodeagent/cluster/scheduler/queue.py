@@ -10,7 +10,8 @@ instead, as kube's unschedulablePods: it is not tried again until a cluster even
 (`move_all_to_active`: it goes to the backoff queue, or straight to active when its backoff has
 ended) or until it has waited `unschedulable_timeout` (kube's podMaxInUnschedulablePodsDuration,
 5 min). Retrying such pods at the end of every backoff cost the control plane's API server most of
-its CPU with thousands of pending pods and no room (bench/README.md, "Unschedulable pods wait").
+its CPU with thousands of pending pods and no room (bench/README.md, "The API server with
+thousands of pending pods").
 Time comes from an injected clock; `pop` never sleeps: callers wait until `next_ready_at()`.
 Removal is lazy (heap entries are checked against the pod's current state when they surface).
 """

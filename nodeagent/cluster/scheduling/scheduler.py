@@ -61,6 +61,7 @@ class Scheduler:
                          "preemptions": 0, "victims": 0}
         cache.on_pending = self._pending
         cache.on_change = self.cluster_changed
+        cache.on_assigned = self._assigned
         cache.on_gone = self.queue.done
 
     # ---- what the cache tells ------------------------------------------------------------------
@@ -76,6 +77,12 @@ class Scheduler:
             cp = self.cache.pending.get(key)
             if cp is not None and key in self.queue:
                 self.queue.add(key, key, cp.info.priority)
+        self._wake.set()
+
+    def _assigned(self) -> None:
+        """A pod was counted on a node (kube's AssignedPodAdd): unschedulable pods go back to the
+        backoff queue, as their topology spread or pod affinity may be met now."""
+        self.queue.move_all_to_active()
         self._wake.set()
 
     # ---- plumbing ------------------------------------------------------------------------------
