@@ -135,6 +135,23 @@ async def test_one_change_is_decoded_and_encoded_once_for_all_watchers() -> None
     assert len(changes) == 1 and len(objects) == 1  # one decode shared by every watcher
 
 
+async def test_changes_past_the_hot_end_of_the_ring_drop_their_objects_and_decode_again_for_a_resume() -> None:
+    reg, store, _ = await make_registry()
+    pods = reg.resource("", "v1", "pods")
+    pods.hub.hot = 2
+    start = str(store.revision)
+    live = await pods.watch("default", ListOptions(watch=True, resource_version=start))  # starts the hub
+    for i in range(5):
+        await pods.create("default", pod(f"p{i}"), Context())
+    given = await _drain(live.subscription, 5)  # the live watcher got every object before they were dropped
+    ring = list(pods.hub.ring)
+    assert [c.encoded == {} and c._new is None for c in ring] == [True, True, True, False, False]
+    resumed = await pods.watch("default", ListOptions(watch=True, resource_version=start))
+    assert await _drain(resumed.subscription, 5) == given  # the same events, made again from the bytes
+    assert [(await pods.get("default", f"p{i}"))["metadata"]["uid"] for i in range(5)] == \
+        [c.new["metadata"]["uid"] for c in ring if c.new is not None]
+
+
 async def test_resume_from_before_the_hub_started_uses_its_own_store_watch() -> None:
     reg, store, _ = await make_registry()
     pods = reg.resource("", "v1", "pods")

@@ -1,4 +1,4 @@
-"""The scheduling queue: priority then arrival order, and kube's 1 s .. 10 s backoff."""
+"""The scheduling queue: priority then arrival order, kube's 1 s .. 10 s backoff, and the unschedulable pool."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_an_update_brings_a_pod_out_of_backoff_with_its_new_priority() -> None:
     q.add("other", "v2", 7)
     qp = q.pop()
     assert qp is not None and (qp.key, qp.item, qp.priority) == ("other", "v2", 7)
-    assert q.counts() == {"active": 1, "backoff": 0, "in-flight": 1}
+    assert q.counts() == {"active": 1, "backoff": 0, "in-flight": 1, "unschedulable": 0}
 
 
 def test_updating_a_pod_being_scheduled_keeps_its_turn() -> None:
@@ -112,6 +112,57 @@ def test_move_all_to_active_respects_backoff() -> None:
     assert q.counts()["active"] == 1
 
 
+def test_an_unschedulable_pod_waits_for_a_cluster_event_not_for_its_backoff() -> None:
+    clock = FakeClock()
+    q: SchedulingQueue[str] = SchedulingQueue(clock, initial_backoff=2.0, max_backoff=4.0)
+    q.add("p", "p", 0)
+    q.pop()
+    assert q.requeue("p", unschedulable=True) == clock.now() + 2.0
+    clock.advance(10.0)  # its backoff has long ended: still not tried
+    assert q.pop() is None and q.counts()["unschedulable"] == 1
+    q.move_all_to_active()  # a node came: tried now, its backoff being over
+    qp = q.pop()
+    assert qp is not None and qp.key == "p" and qp.attempts == 2
+
+
+def test_a_cluster_event_during_its_backoff_moves_an_unschedulable_pod_to_the_backoff_queue() -> None:
+    clock = FakeClock()
+    q: SchedulingQueue[str] = SchedulingQueue(clock, initial_backoff=2.0, max_backoff=4.0)
+    q.add("p", "p", 0)
+    q.pop()
+    q.requeue("p", unschedulable=True)
+    clock.advance(1.0)
+    q.move_all_to_active()
+    assert q.pop() is None and q.counts()["backoff"] == 1 and q.next_ready_at() == clock.now() + 1.0
+    clock.advance(1.0)
+    assert q.pop() is not None
+
+
+def test_an_unschedulable_pod_is_tried_again_after_the_timeout_without_any_event() -> None:
+    clock = FakeClock()
+    q: SchedulingQueue[str] = SchedulingQueue(clock, unschedulable_timeout=300.0)
+    q.add("p", "p", 0)
+    q.pop()
+    q.requeue("p", unschedulable=True)
+    assert q.next_ready_at() == clock.now() + 300.0  # the loop sleeps until then
+    clock.advance(299.0)
+    assert q.pop() is None
+    clock.advance(1.0)
+    assert q.pop() is not None
+
+
+def test_an_update_brings_a_pod_out_of_the_unschedulable_pool() -> None:
+    q: SchedulingQueue[str] = SchedulingQueue(FakeClock())
+    q.add("p", "v1", 0)
+    q.pop()
+    q.requeue("p", unschedulable=True)
+    q.add("p", "v2", 0)
+    qp = q.pop()
+    assert qp is not None and qp.item == "v2" and q.counts()["unschedulable"] == 0
+
+
 def test_backoff_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         SchedulingQueue(FakeClock(), initial_backoff=5.0, max_backoff=1.0)
+    with pytest.raises(ValueError):
+        SchedulingQueue(FakeClock(), unschedulable_timeout=0)

@@ -378,7 +378,7 @@ async def test_a_burst_larger_than_one_batch_is_all_scheduled() -> None:
     try:  # gathered: all 300 are queued in one turn, before the loop wakes up
         await asyncio.gather(*(ops.create_pod("default", pod_manifest(f"p{i}", cpu="10m", memory="1Mi")) for i in range(300)))
         await wait_for(lambda: svc.binder.counters["bound"] == 300, what="300 bound")
-        assert svc.binder.queue.counts() == {"active": 0, "backoff": 0, "in-flight": 0}
+        assert svc.binder.queue.counts() == {"active": 0, "backoff": 0, "in-flight": 0, "unschedulable": 0}
         assert sum(len(p) for p in fake.pods.values()) == 300
     finally:
         await svc.stop()

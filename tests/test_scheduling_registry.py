@@ -183,6 +183,33 @@ async def test_nothing_fits_gives_unschedulable_and_one_deduplicated_failed_sche
     await h.until(bound)
 
 
+async def test_an_unschedulable_pod_waits_for_a_cluster_event_not_for_its_backoff(h: Harness) -> None:
+    await h.nodes.create(None, node("n1", cpu="1"), CTX)
+    sched = await h.start()
+    await h.pods.create("default", pod("big", cpu="2"), CTX)
+
+    async def attempts() -> int:
+        ev = await h.events_of("big")
+        return int(ev[0]["count"]) if ev else 0
+
+    async def settled(want: int) -> None:
+        for _ in range(500):
+            if await attempts() == want and sched.queue.counts()["unschedulable"] == 1:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"expected {want} attempts, saw {await attempts()}")
+
+    await settled(1)
+    rv = (await h.pod("big"))["metadata"]["resourceVersion"]
+    h.clock.advance(60)  # far past its backoff: without an event it is not tried again
+    sched._wake.set()
+    await asyncio.sleep(0.1)
+    assert await attempts() == 1
+    await h.pods.create("default", pod("small"), CTX)  # a pod bound to a node is an event: it is tried again
+    await settled(2)
+    assert (await h.pod("big"))["metadata"]["resourceVersion"] == rv  # PodScheduled=False unchanged: not written
+
+
 async def test_preemption_deletes_lower_priority_victims_through_the_api_and_binds_the_preemptor(h: Harness) -> None:
     await h.nodes.create(None, node("n1", cpu="1"), CTX)
     await h.start()

@@ -284,12 +284,26 @@ def update(
         except FieldError:
             managers = {}  # unreadable managedFields are reset, as upstream does on update
     live_obj: Any = _without_managed_fields(live) if live is not None else ABSENT
-    new_obj = json_copy(_without_managed_fields(new))
+    new_obj = _without_managed_fields(new)
+    if new_obj is new:  # the result's top level and metadata are its own; below, `new` is the caller's to give
+        new_obj = dict(new)
+        if isinstance(new.get("metadata"), dict):
+            new_obj["metadata"] = dict(new["metadata"])
     key = ManagerKey.of(manager, UPDATE, api_version, subresource)
-    changed, _ = _transfer(live_obj, new_obj, schema, managers, None, prefixes, force=True)
+    top = [p[0].text for p in prefixes if len(p) == 1]  # ignored whole (`spec` of a status write): not compared
+    changed, _ = _transfer(_without(live_obj, top), _without(new_obj, top), schema, managers, None, prefixes,
+                           force=True)
     owned = changed.difference(NEVER_OWNED)
     if not owned.empty:
         previous = managers.get(key)
         fields = owned if previous is None else owned.union(previous.fields)
         _own(managers, key, fields, api_version, now)
     return _with_managed_fields(new_obj, managers)
+
+
+def _without(obj: Any, keys: Sequence[str]) -> Any:
+    """A shallow copy without these top-level fields (their paths are stripped anyway: comparing
+    them, a pod's whole spec on every status write, was most of an update's field manager cost)."""
+    if not keys or not isinstance(obj, dict) or not any(k in obj for k in keys):
+        return obj
+    return {k: v for k, v in obj.items() if k not in keys}

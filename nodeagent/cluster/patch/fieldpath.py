@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 FIELD, KEY, VALUE, INDEX = "f", "k", "v", "i"
 _ORDER = {FIELD: 0, KEY: 1, VALUE: 2, INDEX: 3}
 
@@ -134,7 +136,7 @@ class FieldSet:
     def __init__(
         self, members: frozenset[PathElement] = frozenset(), children: Mapping[PathElement, FieldSet] | None = None
     ):
-        self._v1: str | None = None
+        self._v1: bytes | None = None
         self.members = members
         self.children: Mapping[PathElement, FieldSet] = {k: v for k, v in (children or {}).items() if not v.empty}
 
@@ -225,9 +227,9 @@ class FieldSet:
         """The fieldsV1 trie (a fresh dict; the encoding is computed once per set)."""
         if self._v1 is None:
             emitted = self._emit(include_self=False)
-            self._v1 = json.dumps(emitted, separators=(",", ":"), ensure_ascii=False)
+            self._v1 = orjson.dumps(emitted)
             return emitted  # the caller may change it: the cache keeps the text
-        result: dict[str, Any] = json.loads(self._v1)
+        result: dict[str, Any] = orjson.loads(self._v1)
         return result
 
     def _emit(self, include_self: bool) -> dict[str, Any]:
@@ -245,8 +247,8 @@ class FieldSet:
         their text: every write of an object reads the same managedFields again."""
         if not isinstance(raw, dict):
             raise ValueError("fieldsV1 must be a JSON object")
-        try:
-            text = json.dumps(raw, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        try:  # orjson: the standard library's dumps and loads were a fifth of a status write's field manager
+            text = orjson.dumps(raw, option=orjson.OPT_SORT_KEYS)
         except (TypeError, ValueError, RecursionError):
             raise ValueError("fieldsV1 must be JSON") from None
         return _parse_cached(text)
@@ -281,8 +283,8 @@ def _field_element(name: str) -> PathElement:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str) -> FieldSet:
-    return FieldSet._parse(json.loads(text), 0)
+def _parse_cached(text: bytes) -> FieldSet:
+    return FieldSet._parse(orjson.loads(text), 0)
 
 
 class _Builder:

@@ -5,6 +5,13 @@ that could not be scheduled is requeued with a backoff of `initial_backoff` * 2^
 seconds, capped at `max_backoff` (podInitialBackoffSeconds=1, podMaxBackoffSeconds=10), counted
 from the moment it was requeued. A requeued pod takes a new arrival stamp, so it queues behind
 pods of its priority that arrived while it was being tried (kube sets the timestamp again too).
+A pod that fit nowhere (`requeue(key, unschedulable=True)`) waits in the unschedulable pool
+instead, as kube's unschedulablePods: it is not tried again until a cluster event
+(`move_all_to_active`: it goes to the backoff queue, or straight to active when its backoff has
+ended) or until it has waited `unschedulable_timeout` (kube's podMaxInUnschedulablePodsDuration,
+5 min). Retrying such pods at the end of every backoff cost the control plane's API server most of
+its CPU with thousands of pending pods and no room (bench/README.md, "The API server with
+thousands of pending pods").
 Time comes from an injected clock; `pop` never sleeps: callers wait until `next_ready_at()`.
 Removal is lazy (heap entries are checked against the pod's current state when they surface).
 """
@@ -22,8 +29,9 @@ T = TypeVar("T")
 
 DEFAULT_INITIAL_BACKOFF = 1.0
 DEFAULT_MAX_BACKOFF = 10.0
+DEFAULT_UNSCHEDULABLE_TIMEOUT = 300.0  # kube-scheduler's podMaxInUnschedulablePodsDuration
 
-ACTIVE, BACKOFF, IN_FLIGHT = "active", "backoff", "in-flight"
+ACTIVE, BACKOFF, IN_FLIGHT, UNSCHEDULABLE = "active", "backoff", "in-flight", "unschedulable"
 
 
 @dataclass(eq=False)
@@ -39,14 +47,19 @@ class QueuedPod(Generic[T]):
 
 class SchedulingQueue(Generic[T]):
     def __init__(self, clock: Clock, initial_backoff: float = DEFAULT_INITIAL_BACKOFF,
-                 max_backoff: float = DEFAULT_MAX_BACKOFF) -> None:
+                 max_backoff: float = DEFAULT_MAX_BACKOFF,
+                 unschedulable_timeout: float = DEFAULT_UNSCHEDULABLE_TIMEOUT) -> None:
         if initial_backoff <= 0 or max_backoff < initial_backoff:
             raise ValueError("backoff: need 0 < initial_backoff <= max_backoff")
+        if unschedulable_timeout <= 0:
+            raise ValueError("unschedulable_timeout: must be > 0")
         self._clock = clock
         self._initial, self._max = initial_backoff, max_backoff
+        self._unschedulable_timeout = unschedulable_timeout
         self._pods: dict[str, QueuedPod[T]] = {}
         self._active: list[tuple[int, int, str]] = []  # (-priority, seq, key)
         self._backoff: list[tuple[float, int, str]] = []  # (ready_at, seq, key)
+        self._unschedulable: list[tuple[float, int, str]] = []  # (flushed_at, seq, key)
         self._seq = itertools.count()
 
     # ---- in ---------------------------------------------------------------------------------
@@ -63,15 +76,21 @@ class SchedulingQueue(Generic[T]):
                 return
         self._activate(qp)
 
-    def requeue(self, key: str) -> float:
-        """A popped pod failed to schedule: back it off; returns when it may be tried again."""
+    def requeue(self, key: str, *, unschedulable: bool = False) -> float:
+        """A popped pod failed to schedule: back it off; returns when its backoff ends. An
+        `unschedulable` pod (it fits nowhere) waits for a cluster event as well, or for the
+        unschedulable timeout."""
         qp = self._pods[key]
         if qp.state != IN_FLIGHT:
             raise ValueError(f"pod {key} is not being scheduled")
-        qp.ready_at = self._clock.now() + self.backoff_duration(qp.attempts)
-        qp.state = BACKOFF
-        qp.seq = next(self._seq)
-        heapq.heappush(self._backoff, (qp.ready_at, qp.seq, key))
+        now = self._clock.now()
+        qp.ready_at = now + self.backoff_duration(qp.attempts)
+        if unschedulable:
+            qp.state = UNSCHEDULABLE
+            qp.seq = next(self._seq)
+            heapq.heappush(self._unschedulable, (now + self._unschedulable_timeout, qp.seq, key))
+        else:
+            self._back_off(qp)
         return qp.ready_at
 
     def backoff_duration(self, attempts: int) -> float:
@@ -84,9 +103,14 @@ class SchedulingQueue(Generic[T]):
         return min(duration, self._max)
 
     def move_all_to_active(self) -> None:
-        """A cluster event (node added, pod deleted...) may have made room. Unlike kube we keep
-        no separate unschedulable pool (failed pods retry when their backoff ends), so this only
-        activates the pods whose backoff has ended; the others keep backing off."""
+        """A cluster event (node added, pod deleted...) may have made room: every unschedulable
+        pod goes to the backoff queue, where those whose backoff has ended are activated (kube's
+        MoveAllToActiveOrBackoffQueue)."""
+        pool, self._unschedulable = self._unschedulable, []
+        for _, seq, key in pool:
+            qp = self._pods.get(key)
+            if qp is not None and qp.state == UNSCHEDULABLE and qp.seq == seq:
+                self._back_off(qp)
         self._flush_backoff()
 
     # ---- out --------------------------------------------------------------------------------
@@ -114,12 +138,17 @@ class SchedulingQueue(Generic[T]):
         self._flush_backoff()
         if self._peek_active() is not None:
             return self._clock.now()
-        while self._backoff:
-            ready_at, seq, key = self._backoff[0]
+        return min((at for at in (self._first(self._backoff, BACKOFF), self._first(self._unschedulable, UNSCHEDULABLE))
+                    if at is not None), default=None)
+
+    def _first(self, heap: list[tuple[float, int, str]], state: str) -> float | None:
+        """The time of the first valid entry of `heap`, dropping stale ones on the way."""
+        while heap:
+            at, seq, key = heap[0]
             qp = self._pods.get(key)
-            if qp is not None and qp.state == BACKOFF and qp.seq == seq:
-                return ready_at
-            heapq.heappop(self._backoff)
+            if qp is not None and qp.state == state and qp.seq == seq:
+                return at
+            heapq.heappop(heap)
         return None
 
     def __len__(self) -> int:
@@ -129,7 +158,7 @@ class SchedulingQueue(Generic[T]):
         return key in self._pods
 
     def counts(self) -> dict[str, int]:
-        out = {ACTIVE: 0, BACKOFF: 0, IN_FLIGHT: 0}
+        out = {ACTIVE: 0, BACKOFF: 0, IN_FLIGHT: 0, UNSCHEDULABLE: 0}
         for qp in self._pods.values():
             out[qp.state] += 1
         return out
@@ -140,8 +169,19 @@ class SchedulingQueue(Generic[T]):
         qp.seq = next(self._seq)
         heapq.heappush(self._active, (-qp.priority, qp.seq, qp.key))
 
+    def _back_off(self, qp: QueuedPod[T]) -> None:
+        qp.state = BACKOFF
+        qp.seq = next(self._seq)
+        heapq.heappush(self._backoff, (qp.ready_at, qp.seq, qp.key))
+
     def _flush_backoff(self) -> None:
         now = self._clock.now()
+        pool = self._unschedulable
+        while pool and pool[0][0] <= now:  # waited the unschedulable timeout: back to the backoff queue
+            _, seq, key = heapq.heappop(pool)
+            qp = self._pods.get(key)
+            if qp is not None and qp.state == UNSCHEDULABLE and qp.seq == seq:
+                self._back_off(qp)
         while self._backoff and self._backoff[0][0] <= now:
             _, seq, key = heapq.heappop(self._backoff)
             qp = self._pods.get(key)

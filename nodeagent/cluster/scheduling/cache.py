@@ -100,6 +100,8 @@ class SchedulerCache:
         self.nominations: dict[str, str] = {}  # pod key -> node its reservation is on
         self.on_pending: Callable[[CachedPod], None] = lambda cp: None
         self.on_change: Callable[[], None] = lambda: None  # room may have appeared
+        # a pod was counted on a node: a pending pod's spread or pod affinity may be met now
+        self.on_assigned: Callable[[], None] = lambda: None
         self.on_gone: Callable[[str], None] = lambda key: None
         self.budgets: dict[str, Budget] = {}  # PodDisruptionBudgets by namespace/name (preemption)
 
@@ -199,6 +201,7 @@ class SchedulerCache:
             orphans.pop(key, None)
         if node in self.table.index:
             self.table.bind(cp.info, node)
+            self.on_assigned()
         else:
             self.orphans.setdefault(node, {})[key] = cp
 
@@ -232,6 +235,7 @@ class SchedulerCache:
         if cp.key not in self.table.bound:
             self.table.bind(cp.info, node)
         self.assumed[cp.key] = node
+        self.on_assigned()
 
     def forget_assumed(self, key: str) -> None:
         """The binding failed: the room is free again; the pod is pending again if it still is."""

@@ -8,7 +8,9 @@ the Binding (201: a `Scheduled` event; 409: another binder or a deletion won, th
 the rest). No node: preemption picks a node and victims; each victim gets DisruptionTarget, is
 deleted (its own grace period: the pod strategy's) and gets a `Preempted` event; the preemptor
 records status.nominatedNodeName and reserves its room there. Neither: PodScheduled=False,
-reason Unschedulable with the core's message, a `FailedScheduling` event, backoff.
+reason Unschedulable with the core's message (written only when the pod does not carry it
+already), a `FailedScheduling` event, and the pod waits in the queue's unschedulable pool for a
+cluster event.
 
 Level-triggered: everything comes from the cache, which comes from the watches; a restart at
 any instant relists and goes on. A pod is never bound twice: the binding is a compare-and-swap
@@ -18,7 +20,6 @@ that refuses a pod with spec.nodeName (409).
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Coroutine
 from typing import Any
 
@@ -37,6 +38,7 @@ from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
 from nodeagent.cluster.scheduling.cache import CachedPod, SchedulerCache
 from nodeagent.core.clock import Clock
+from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.core.wellknown import DISRUPTION_TARGET, POD_SCHEDULED
 from nodeagent.daemonkit.tasks import GuardedTasks
@@ -59,6 +61,7 @@ class Scheduler:
                          "preemptions": 0, "victims": 0}
         cache.on_pending = self._pending
         cache.on_change = self.cluster_changed
+        cache.on_assigned = self._assigned
         cache.on_gone = self.queue.done
 
     # ---- what the cache tells ------------------------------------------------------------------
@@ -76,6 +79,12 @@ class Scheduler:
                 self.queue.add(key, key, cp.info.priority)
         self._wake.set()
 
+    def _assigned(self) -> None:
+        """A pod was counted on a node (kube's AssignedPodAdd): unschedulable pods go back to the
+        backoff queue, as their topology spread or pod affinity may be met now."""
+        self.queue.move_all_to_active()
+        self._wake.set()
+
     # ---- plumbing ------------------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         self._tasks.start(coro, name=name)
@@ -87,9 +96,9 @@ class Scheduler:
     async def close(self) -> None:
         await self._tasks.close()
 
-    def _requeue(self, key: str) -> None:
+    def _requeue(self, key: str, *, unschedulable: bool = False) -> None:
         try:
-            self.queue.requeue(key)
+            self.queue.requeue(key, unschedulable=unschedulable)
         except (KeyError, ValueError):
             cp = self.cache.pending.get(key)
             if cp is not None and key not in self.queue:
@@ -126,7 +135,7 @@ class Scheduler:
             return
         self.counters["unschedulable"] += 1
         self._spawn(self._unschedulable(cp, str(choice), clear_nomination=True), f"unschedulable:{cp.key}")
-        self._requeue(cp.key)
+        self._requeue(cp.key, unschedulable=True)  # until a cluster event (or 5 min), as kube's unschedulablePods
 
     def _schedule(self, cp: CachedPod, nominated: str | None) -> Scheduled | FitError:
         fw, t = self.cache.framework, self.cache.table
@@ -166,7 +175,7 @@ class Scheduler:
         meta = cp.obj["metadata"]
 
         def mutate(old: Obj) -> Obj:
-            new = copy.deepcopy(old)
+            new = json_copy(old)
             change(new.setdefault("status", {}))
             return new
 
@@ -181,15 +190,19 @@ class Scheduler:
         cond = {"type": POD_SCHEDULED, "status": "False", "lastProbeTime": None,
                 "lastTransitionTime": rfc3339(self.clock.wall()), "reason": "Unschedulable", "message": message}
 
-        def change(status: Obj) -> None:
-            set_condition(status, cond)
+        def change(status: Obj) -> bool:
+            """Set the condition and the nomination; whether that changed anything."""
+            changed = set_condition(status, cond)
+            had = status.get("nominatedNodeName")
             if nominated is not None:
                 status["nominatedNodeName"] = nominated
             elif clear_nomination:
                 status.pop("nominatedNodeName", None)
+            return changed or status.get("nominatedNodeName") != had
 
         self.recorder.event(cp.obj, "Warning", "FailedScheduling", message)
-        await self._status(cp, change)
+        if change(dict(cp.obj.get("status") or {})):  # as upstream: the cached pod carries it already, no write
+            await self._status(cp, change)
 
     # ---- preemption ----------------------------------------------------------------------------
     def _preempt(self, cp: CachedPod, choice: Preemption, message: str) -> None:
