@@ -320,20 +320,24 @@ async def test_shutdown_does_not_wait_for_a_pod_being_stopped(tmp_path: Path, dr
     first = make_manager(tmp_path, driver)
     await first.create_pod(manifest("slow", script, grace=60))
     pid = await until(lambda: pid_of(first, "slow"), what="slow to run")
-    await first.delete_pod("default", "slow", None)
-    await until(marker.exists, what="the first SIGTERM")
-    began = time.monotonic()
-    await first.detach_all()
-    assert time.monotonic() - began < 5, "the shutdown waited for the grace period"
-    assert not [t for t in asyncio.all_tasks() if t.get_name() == "stop:default/slow"], "its stop still runs"
-    assert alive(pid)
-    second = make_manager(tmp_path, driver)
     try:
-        await second.restore()
-        await until(lambda: second.get_pod("default", "slow") is None, what="the restored termination")
-        assert not alive(pid)
+        await first.delete_pod("default", "slow", None)
+        await until(marker.exists, what="the first SIGTERM")
+        began = time.monotonic()
+        await first.detach_all()
+        assert time.monotonic() - began < 5, "the shutdown waited for the grace period"
+        assert not [t for t in asyncio.all_tasks() if t.get_name() == "stop:default/slow"], "its stop still runs"
+        assert alive(pid)
+        second = make_manager(tmp_path, driver)
+        try:
+            await second.restore()
+            await until(lambda: second.get_pod("default", "slow") is None, what="the restored termination")
+            assert not alive(pid)
+        finally:
+            await stop_all(second)
     finally:
-        await stop_all(second)
+        if alive(pid):  # a failure above must not leave the SIGTERM-ignoring shell behind
+            os.kill(pid, signal.SIGKILL)
 
 
 async def test_completed_containers_are_not_run_again_after_restore(tmp_path: Path,

@@ -31,6 +31,12 @@ def configure_logging(level: str = "info", fmt: str = "auto",
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+
+
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    """A logger on whatever sys.stderr is now, not on the stream of configure time: a command
+    run in-process (a test's capture) may close that stream when it ends."""
+    return structlog.PrintLogger(sys.stderr)
