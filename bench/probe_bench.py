@@ -13,6 +13,12 @@ probes: shim + command, reaped children: in a real pod it is charged to the cont
 not the agent), and VmRSS. Prints figures; asserts nothing.
 
     .venv/bin/python bench/probe_bench.py [--pods 100] [--seconds 20] [--period 1] [--kinds exec,http,tcp,grpc,mixed]
+        [--coalesce-ms 25,0] [--loop asyncio,uvloop] [--repeat 1]
+
+Every pod's first probe falls at a random point of the first period (seeded), as pods created at
+different times are phased. --coalesce-ms and --loop take lists: each combination is run in turn
+(interleaved, --repeat times), so an A/B sees the same machine; `--coalesce-ms 0` is a timer per
+probe wake-up (no coalescing); uvloop must be installed for --loop uvloop.
 Target: well under 5% of one core for 100 pods with 1 s probes.
 """
 
@@ -22,6 +28,7 @@ import argparse
 import asyncio
 import os
 import platform
+import random
 import resource
 import secrets
 import socket
@@ -37,6 +44,7 @@ from agent_proc import MachineLoad, proc_times, vm_rss
 from nodeagent.agent.probes.exec_probe import ExecTarget
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
+from nodeagent.agent.probes.runner import coalescing_timer
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
 from nodeagent.agent.runtime.state import ContainerStatus, Running
 from nodeagent.core.clock import SystemClock
@@ -108,8 +116,10 @@ def pod(i: int, kind: str, period: int, http_port: int, grpc_port: int) -> Any:
 
 
 async def scenario(kind: str, n: int, seconds: float, period: int, http_port: int, grpc_port: int,
-                   driver: Any) -> dict[str, float]:
+                   driver: Any, coalesce_ms: float) -> dict[str, float]:
     clock = SystemClock()
+    timer = coalescing_timer(coalesce_ms / 1000)
+    spread = random.Random(1)
     http = HttpProber()
     probes: list[PodProbes] = []
     tasks: list[asyncio.Task[None]] = []
@@ -130,9 +140,10 @@ async def scenario(kind: str, n: int, seconds: float, period: int, http_port: in
 
         pp = PodProbes(p, ProbeContext(http, exec_target=lambda name, t=target: t),
                        status=lambda name, s=status: s, deleting=lambda: False, on_event=on_event,
-                       on_kill=lambda c, m, g: None, on_change=lambda: None, clock=clock)
+                       on_kill=lambda c, m, g: None, on_change=lambda: None, clock=clock,
+                       timer=timer, spread=spread)
         probes.append(pp)
-    warmup = min(3.0, seconds / 4)
+    warmup = max(float(period), min(3.0, seconds / 4))
     for pp in probes:
         pp.start(lambda coro, name: tasks.append(asyncio.ensure_future(coro)) or tasks[-1])
     await asyncio.sleep(warmup)
@@ -168,12 +179,23 @@ def _spec() -> Any:
     return CgroupSpec(memory_max=64 * MiB)
 
 
+def _loop_factory(name: str) -> Any:
+    if name == "uvloop":
+        import uvloop  # type: ignore[import-not-found]  # not a dependency: installed by hand for the A/B
+
+        return uvloop.new_event_loop
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pods", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--period", type=int, default=1)
     ap.add_argument("--kinds", default="exec,http,tcp,grpc,mixed")
+    ap.add_argument("--coalesce-ms", default="25", help="probe wake-up grid(s), comma-separated; 0: none")
+    ap.add_argument("--loop", default="asyncio", help="event loop(s): asyncio, uvloop; comma-separated")
+    ap.add_argument("--repeat", type=int, default=1, help="run every combination this many times, interleaved")
     ap.add_argument("--serve", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -193,13 +215,18 @@ def main() -> None:
         where = f"in a cgroup per pod (cgroup v{driver.version})" if driver else "without cgroups (not root)"
         print(f"probe_bench: {args.pods} pods, period {args.period} s, {args.seconds:.0f} s per scenario; "
               f"Python {platform.python_version()}, kernel {platform.release()}, exec probes {where}")
-        print(f"{'probes':>8} {'probes/s':>9} {'agent CPU':>10} {'(user)':>7} {'probe procs':>12} {'RSS MiB':>8} "
-              f"{'ready':>6} {'events':>7}")
-        for kind in args.kinds.split(","):
+        print(f"{'probes':>8} {'loop':>8} {'grid ms':>7} {'probes/s':>9} {'agent CPU':>10} {'(user)':>7} "
+              f"{'probe procs':>12} {'RSS MiB':>8} {'ready':>6} {'events':>7}")
+        combos = [(kind, loop, float(ms)) for _ in range(args.repeat) for kind in args.kinds.split(",")
+                  for loop in args.loop.split(",") for ms in args.coalesce_ms.split(",")]
+        for kind, loop, ms in combos:
             load = MachineLoad()
-            r = asyncio.run(scenario(kind, args.pods, args.seconds, args.period, http_port, grpc_port, driver))
-            print(f"{kind:>8} {r['probes_per_s']:9.1f} {r['cpu_pct']:9.2f}% {r['user_pct']:6.2f}% "
-                  f"{r['children_pct']:11.2f}% {r['rss_mib']:8.1f} {r['ready']:6d} {r['events']:7d}")
+            coro = scenario(kind, args.pods, args.seconds, args.period, http_port, grpc_port, driver, ms)
+            with asyncio.Runner(loop_factory=_loop_factory(loop)) as runner:
+                r = runner.run(coro)
+            print(f"{kind:>8} {loop:>8} {ms:7.0f} {r['probes_per_s']:9.1f} {r['cpu_pct']:9.2f}% "
+                  f"{r['user_pct']:6.2f}% {r['children_pct']:11.2f}% {r['rss_mib']:8.1f} {r['ready']:6d} "
+                  f"{r['events']:7d}")
             print(f"{'':>8} {load.text()}")
         print("agent CPU: this process, % of one core; probe procs: the exec'd shim+command (a container's "
               "cost, not the agent's); ready: pods whose readiness probe passed at the end")

@@ -5,10 +5,12 @@ naming the file."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
-from nodeagent.agent.runtime.spawn import LaunchSpec
+from nodeagent.agent.node.procfs import process_start_time
+from nodeagent.agent.runtime.spawn import LaunchSpec, spawn, spawn_unidentified
 from nodeagent.agent.runtime.state import REASON_START_ERROR, Running, Terminated, Waiting
 from nodeagent.agent.runtime.supervisor import ContainerConfig, ContainerWorker
 
@@ -76,3 +78,18 @@ async def test_a_shim_that_cannot_join_its_cgroup_is_a_start_error(tmp_path: Pat
     assert result.message == f"nodeagent-shim: cannot join cgroup {missing}"
     assert not any(isinstance(s, Running) for s in states), "never reported running"
     assert isinstance(states[0], Waiting) and w.status.container_id == ""
+
+
+def test_spawn_reads_the_start_time_and_spawn_unidentified_does_not(tmp_path: Path) -> None:
+    """spawn_unidentified (exec probes, hooks) starts the same shim, in its cgroup files, and only
+    skips reading /proc/<pid>/stat: the start time is 0; spawn's is the kernel's."""
+    spec = LaunchSpec(("/bin/sh", "-c", "echo ran"), {"PATH": "/usr/bin:/bin"})
+    for fn in (spawn, spawn_unidentified):
+        procs, log = tmp_path / f"{fn.__name__}.procs", tmp_path / f"{fn.__name__}.log"
+        procs.touch()
+        sp = fn(spec, str(log), [str(procs)], None)
+        start = process_start_time(sp.pid)
+        _, status = os.waitpid(sp.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert log.read_text() == "ran\n" and procs.read_text().strip() == str(sp.pid)
+        assert sp.start_time == (start if fn is spawn else 0) and start

@@ -192,8 +192,10 @@ async def test_a_liveness_failure_restarts_the_container_with_events(manager: Po
 
 
 async def test_a_liveness_failure_under_never_kills_without_a_restart(manager: PodManager, tmp_path: Path) -> None:
-    m = manifest("once", [sh("app", "trap 'exit 3' TERM; while :; do sleep 0.05; done",
-                             livenessProbe=exec_probe("exit 1", failureThreshold=1))], restartPolicy="Never")
+    armed = tmp_path / "armed"  # the probe fails only once the TERM trap is set (it may run first)
+    m = manifest("once", [sh("app", f"trap 'exit 3' TERM; touch {armed}; while :; do sleep 0.05; done",
+                             livenessProbe=exec_probe(f"test ! -e {armed}", failureThreshold=1))],
+                 restartPolicy="Never")
     await manager.create_pod(m)
     await until(lambda: cstatus(manager, "once", "app")["state"].get("terminated"), what="the kill")
     assert cstatus(manager, "once", "app")["restartCount"] == 0

@@ -13,7 +13,7 @@ import pytest
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext, exec_command, make_executor
 from nodeagent.agent.probes.results import ProbeOutcome, Result, failure, success
-from nodeagent.agent.probes.runner import ProbeRunner
+from nodeagent.agent.probes.runner import COALESCE_S, EARLY_S, ProbeRunner, coalesced, coalescing_timer, loop_timer
 from nodeagent.agent.probes.state import Action, ContainerView, Event, ProbeState, Step
 from nodeagent.agent.runtime.state import ContainerStatus, Running, Terminated
 from nodeagent.core.clock import FakeClock
@@ -112,6 +112,56 @@ async def test_runner_stops_when_the_state_says_so_and_survives_a_crashing_execu
     assert runner.attempts == 3
     assert steps[0].published is Result.FAILURE
     assert all("internal error: bug" in e.message for s in steps for e in s.events)
+
+
+@pytest.mark.parametrize(("when", "grid", "expected"), [
+    (10.0, 0.25, 10.0),  # on the grid: as is
+    (10.01, 0.25, 10.25),  # rounded up, never down: a probe may start late, never early
+    (10.24, 0.25, 10.25),
+    (10.26, 0.25, 10.5),
+    (7.3, 0.0, 7.3),  # grid 0: no coalescing
+])
+def test_coalesced_rounds_up_to_the_grid(when: float, grid: float, expected: float) -> None:
+    assert coalesced(when, grid) == expected
+
+
+async def test_the_loop_timer_puts_waits_due_in_one_window_on_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    fired: list[float] = []
+    now = loop.time()
+    monkeypatch.setattr(loop, "time", lambda: now)  # the timers are armed at one instant of the loop's clock
+    window_end = coalesced(now + 0.001, COALESCE_S)
+    delays = [0.001, (window_end - now) / 2, window_end - now - 1e-9]  # all due within the same window
+    handles = [loop_timer(d, lambda: fired.append(loop.time())) for d in delays]
+    assert all(isinstance(h, asyncio.TimerHandle) for h in handles)
+    assert {h.when() for h in handles if isinstance(h, asyncio.TimerHandle)} == {window_end}
+    later = coalescing_timer(COALESCE_S)(window_end - now + COALESCE_S / 2, lambda: None)
+    assert isinstance(later, asyncio.TimerHandle)
+    assert later.when() == pytest.approx(window_end + COALESCE_S)  # the next window
+    for h in [*handles, later]:
+        h.cancel()
+
+
+class EarlyTimer(FakeTimer):
+    """A timer whose callbacks fire 1 ms before the deadline, as a loop keeping time in whole ms may."""
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> FakeTimer.Entry:
+        return super().__call__(delay - EARLY_S / 2 if delay > EARLY_S else delay, callback)
+
+
+async def test_a_wake_up_a_hair_early_probes_and_keeps_the_schedule() -> None:
+    clock = FakeClock(start=0.0)
+    timer = EarlyTimer(clock)
+    state = ProbeState("readiness", probe(periodSeconds=1), "app", start=clock.now())
+
+    async def execute(timeout_seconds: float) -> ProbeOutcome:
+        return success()
+
+    view = ContainerView("c1", running=True, started_at=clock.wall(), started=True)
+    runner = ProbeRunner(state, execute, lambda: view, lambda s, st: None, clock=clock, timer=timer)
+    await run_for(runner, timer, 9.5)
+    assert runner.attempts == 10  # at 0, ~1, ... ~9: one per period, not a second wait per early wake-up
+    assert len(timer.delays) == 10 and state.next_due == 10.0  # the schedule counts from due times
 
 
 async def test_trigger_cuts_the_wait_short() -> None:

@@ -131,8 +131,10 @@ def _run(args: argparse.Namespace) -> int:
 
     from nodeagent.agent.daemon import build_agent
     from nodeagent.daemonkit import stackdump
+    from nodeagent.daemonkit.heap import cap_malloc_arenas
     from nodeagent.daemonkit.logsetup import configure_logging
 
+    cap_malloc_arenas()  # before any thread allocates: every arena keeps freed memory of its own
     stackdump.install_thread_dump()  # kill -USR1: where a start-up that never gets ready is
     config = _load(args)
     if config is None:

@@ -38,7 +38,7 @@ import structlog
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, unknown
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
 from nodeagent.agent.runtime.oci.runtime import OciExec
-from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn
+from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn_unidentified
 from nodeagent.agent.runtime.state import reap_exit_code
 from nodeagent.core.names import quote
 
@@ -184,7 +184,7 @@ def exec_launch(command: Sequence[str], target: ExecTarget, *, tty: bool = False
 
 
 async def run_in_container(
-    command: Sequence[str], target: ExecTarget, timeout_seconds: float | None, *, spawner: Spawner = spawn
+    command: Sequence[str], target: ExecTarget, timeout_seconds: float | None, *, spawner: Spawner = spawn_unidentified
 ) -> ExecResult:
     """Run `command` in the container; returns its exit code and first 10 KiB of output.
 
@@ -222,7 +222,7 @@ async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawn
 
 
 async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds: float, *,
-                     spawner: Spawner = spawn) -> ProbeOutcome:
+                     spawner: Spawner = spawn_unidentified) -> ProbeOutcome:
     """The exec probe: exit 0 is success; any other exit a failure with the output."""
     try:
         res = await run_in_container(command, target, timeout_seconds, spawner=spawner)

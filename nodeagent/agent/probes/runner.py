@@ -4,8 +4,14 @@ One asyncio task per probe (the kubelet runs one goroutine per probe worker). Th
 no policy: `ProbeState` decides, the executor does the I/O, `on_step` receives every step that
 published a result or has events (the owner turns them into container readiness, events and a
 kill). Time comes from the injected clock and waiting from the injected timer (the loop's
-call_later by default: one timer handle and one future per wait, no task, as 100 pods with 1 s
+call_at by default: one timer handle and one future per wait, no task, as 100 pods with 1 s
 probes make 100+ waits a second), so a test drives it on a fake clock without sleeping.
+
+The default timer coalesces: a wait ends on the next multiple of `COALESCE_S` of the loop's
+clock, so the probes due within the same window start in one wake-up of the loop, and their
+connects and replies come back together, instead of a wake-up or two per probe. A probe starts
+at most `COALESCE_S` late; its schedule does not drift (`ProbeState` counts periods from the
+due time, not from the wake-up). The figures: bench/README.md, "Probe wake-ups coalesced".
 
 Cancellation-safe: cancelling `run()` while it waits cancels the wait; while it probes, the
 executor's own cleanup runs (an exec probe's process group is killed, an HTTP request aborted).
@@ -16,6 +22,7 @@ run, logged once per runner, and never kills the loop.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -37,8 +44,26 @@ class TimerHandle(Protocol):
 Timer = Callable[[float, Callable[[], None]], TimerHandle]  # (delay, callback) -> handle, as loop.call_later
 
 
-def loop_timer(delay: float, callback: Callable[[], None]) -> TimerHandle:
-    return asyncio.get_running_loop().call_later(delay, callback)
+COALESCE_S = 0.1  # the grid probe wake-ups are rounded up to (bench/README.md)
+EARLY_S = 0.002  # a wake-up this close to the due time probes (a loop whose timers are in ms fires a hair early)
+
+
+def coalesced(when: float, grid: float) -> float:
+    """`when` rounded up to the next multiple of `grid` (itself if already on it; grid 0: as is)."""
+    return math.ceil(when / grid) * grid if grid > 0 else when
+
+
+def coalescing_timer(grid: float) -> Timer:
+    """A Timer on the running loop whose deadlines are rounded up to multiples of `grid`."""
+
+    def timer(delay: float, callback: Callable[[], None]) -> TimerHandle:
+        loop = asyncio.get_running_loop()
+        return loop.call_at(coalesced(loop.time() + delay, grid), callback)
+
+    return timer
+
+
+loop_timer: Timer = coalescing_timer(COALESCE_S)
 
 
 class ProbeRunner:
@@ -95,7 +120,7 @@ class ProbeRunner:
             delay = self.state.next_due - self._clock.now()
             if delay > 0:
                 await self._wait(delay)
-                if self.state.next_due > self._clock.now():
+                if self.state.next_due - self._clock.now() > EARLY_S:
                     continue  # woken early by nothing due (a trigger for later)
             step = self.state.begin(self._view(), self._clock.now(), self._clock.wall())
             self._report(step)
