@@ -27,6 +27,7 @@ from nodeagent.agent.images.listing import image_object
 from nodeagent.agent.images.manager import GCResult
 from nodeagent.agent.images.records import ImageRecord
 from nodeagent.core.errors import FieldError
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.body import decode_body
 from nodeagent.daemonkit.status import StatusError
 
@@ -115,7 +116,7 @@ async def pull_image(request: web.Request) -> web.Response:
     policy = _string(data, "policy", required=False) or "Always"
     assert image is not None
     try:
-        record = await asyncio.wait_for(_backend(request).pull(image, policy), PULL_TIMEOUT_S)
+        record = await wait_for(_backend(request).pull(image, policy), PULL_TIMEOUT_S)
     except FieldError as e:
         raise _invalid(e) from None
     except E.ImageError as e:

@@ -56,6 +56,7 @@ from nodeagent.core.eventcorrelator import Correlator
 from nodeagent.core.model import Pod, parse_pod
 from nodeagent.core.resize import resources_of
 from nodeagent.core.timefmt import parse_rfc3339
+from nodeagent.core.waits import wait_for
 from nodeagent.core.wellknown import API_SERVER_SOURCE, CONFIG_HASH, CONFIG_MIRROR, CONFIG_SOURCE, SERVER_UID
 from nodeagent.daemonkit.kubeconfig import KubeconfigError
 
@@ -521,7 +522,7 @@ class PodSync(KubeconfigClient):
     async def reconcile_loop(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), RESYNC_S)
+                await wait_for(self._wake.wait(), RESYNC_S)
             except TimeoutError:
                 pass
             await asyncio.sleep(COALESCE_S)

@@ -47,6 +47,7 @@ from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsag
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
 from nodeagent.core.model import Pod
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.progress import Heartbeat
 
 log = structlog.get_logger(__name__)
@@ -306,6 +307,6 @@ class EvictionManager:
             if self.wake.is_set():
                 continue
             try:
-                await asyncio.wait_for(self.wake.wait(), self._sleep_for())
+                await wait_for(self.wake.wait(), self._sleep_for())
             except TimeoutError:
                 pass

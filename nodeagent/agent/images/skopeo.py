@@ -40,6 +40,7 @@ from nodeagent.agent.images.errors import (
     RegistryUnavailable,
     Unauthorized,
 )
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.subprocs import kill_and_reap
 
 log = structlog.get_logger(__name__)
@@ -173,7 +174,7 @@ class Skopeo:
         if started is not None:
             started(proc.pid)
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), seconds)
+            out, err = await wait_for(proc.communicate(), seconds)
         except TimeoutError:
             await kill_and_reap(proc)
             raise RegistryUnavailable(f"no answer from the registry within {seconds:g}s") from None

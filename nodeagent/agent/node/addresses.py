@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.subprocs import kill_and_reap
 
 RT_SCOPE_UNIVERSE = 0
@@ -81,7 +82,7 @@ async def read_in_child(timeout: float = 30.0) -> list[AddrInfo]:  # noqa: ASYNC
         sys.executable, "-m", "nodeagent.agent.node.addresses",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        out, err = await wait_for(proc.communicate(), timeout)
     except BaseException:  # timeout or cancellation: never leave the child behind
         await kill_and_reap(proc)
         raise

@@ -61,6 +61,7 @@ from nodeagent.core.resize import (
 )
 from nodeagent.core.resources import pod_resources
 from nodeagent.core.timefmt import rfc3339
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.tasks import GuardedTasks
 
 if TYPE_CHECKING:
@@ -581,7 +582,7 @@ class Resizes:
     async def _retry_loop(self) -> None:
         while self._waiting():
             try:
-                await asyncio.wait_for(self._kick.wait(), self.retry_period)
+                await wait_for(self._kick.wait(), self.retry_period)
             except TimeoutError:
                 pass
             self._kick.clear()

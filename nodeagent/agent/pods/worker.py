@@ -89,6 +89,7 @@ from nodeagent.core.clock import Clock
 from nodeagent.core.downward import REASON_CONFIG_ERROR, NodeFacts
 from nodeagent.core.model import Pod
 from nodeagent.core.timefmt import parse_rfc3339, rfc3339
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit.progress import Steps
 from nodeagent.daemonkit.tasks import GuardedTasks
 
@@ -833,7 +834,7 @@ async def kill_process(pid: int, start_time: int, grace: float) -> bool:
         try:
             _signal(pidfd, pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(asyncio.shield(gone), max(grace, 0.0))
+                await wait_for(asyncio.shield(gone), max(grace, 0.0))
             except TimeoutError:
                 _signal(pidfd, pid, signal.SIGKILL)
         finally:

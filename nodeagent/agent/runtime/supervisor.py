@@ -69,6 +69,7 @@ from nodeagent.agent.runtime.state import (
 )
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.duration import format_go_duration
+from nodeagent.core.waits import wait_for
 from nodeagent.daemonkit import faults
 from nodeagent.daemonkit.progress import Steps
 
@@ -530,13 +531,13 @@ class ContainerWorker:
             self._signal(proc, signal.SIGTERM)
             faults.hit("stop-mid-grace")
             try:
-                await asyncio.wait_for(asyncio.shield(proc.exited), max(grace_period, 0))
+                await wait_for(asyncio.shield(proc.exited), max(grace_period, 0))
             except TimeoutError:
                 self._log.info("container_grace_expired", pid=proc.pid)
                 self._signal(proc, signal.SIGKILL)
                 await self._kill_leftovers()
                 try:
-                    await asyncio.wait_for(asyncio.shield(proc.exited), KILL_WAIT_S)
+                    await wait_for(asyncio.shield(proc.exited), KILL_WAIT_S)
                 except TimeoutError:
                     self._log.warning("container_kill_timeout", pid=proc.pid)
         await self._kill_leftovers()

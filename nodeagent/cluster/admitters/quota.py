@@ -53,6 +53,7 @@ from nodeagent.core.errors import ValidationErrors
 from nodeagent.core.model import Pod
 from nodeagent.core.qos import qos_class
 from nodeagent.core.quantity import Quantity
+from nodeagent.core.waits import wait_for
 
 log = structlog.get_logger(__name__)
 
@@ -335,6 +336,6 @@ class QuotaStatus:
                     log.exception("quota_status_sync_failed", namespace=ns)
             ledger.wake.clear()
             try:
-                await asyncio.wait_for(ledger.wake.wait(), max(0.0, next_resync - loop.time()))
+                await wait_for(ledger.wake.wait(), max(0.0, next_resync - loop.time()))
             except TimeoutError:
                 pass

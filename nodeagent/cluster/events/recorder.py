@@ -19,6 +19,7 @@ from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.options import Context
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.core.clock import Clock
+from nodeagent.core.waits import wait_for
 
 log = structlog.get_logger(__name__)
 
@@ -92,4 +93,4 @@ class EventRecorder:
     async def close(self) -> None:
         """Give the events still queued a moment to be written (shutdown)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), CLOSE_WAIT)
+            await wait_for(self.flush(), CLOSE_WAIT)

@@ -19,6 +19,7 @@ import structlog
 
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
 from nodeagent.core.clock import Clock
+from nodeagent.core.waits import wait_for
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +39,7 @@ async def run_batches(queue: SchedulingQueue[T], wake: asyncio.Event, clock: Clo
             wake.clear()
             timeout = None if ready_at is None else max(0.0, ready_at - clock.now())
             try:
-                await asyncio.wait_for(wake.wait(), timeout)
+                await wait_for(wake.wait(), timeout)
             except TimeoutError:
                 pass
             continue

@@ -32,6 +32,7 @@ import structlog
 
 from nodeagent.cluster.autoscaling.metrics.window import SampleWindow
 from nodeagent.core.clock import Clock, SystemClock
+from nodeagent.core.waits import wait_for
 
 log = structlog.get_logger(__name__)
 
@@ -348,7 +349,7 @@ class Scraper:
     async def _one(self, node: str, url: str, gate: asyncio.Semaphore) -> None:
         async with gate:
             try:
-                body = await asyncio.wait_for(self.fetch(url), self.timeout)
+                body = await wait_for(self.fetch(url), self.timeout)
                 scrape = parse_resource_metrics(body, self.clock.wall())
             except (TimeoutError, OSError, aiohttp.ClientError, ParseError, ScrapeFailed) as e:
                 why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

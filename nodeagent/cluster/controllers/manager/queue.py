@@ -17,6 +17,7 @@ import heapq
 from collections.abc import Hashable
 
 from nodeagent.core.clock import Clock
+from nodeagent.core.waits import wait_for
 
 BASE_DELAY, MAX_DELAY = 0.005, 1000.0
 BUCKET_QPS, BUCKET_BURST = 10.0, 100
@@ -174,7 +175,7 @@ class WorkQueue:
             due = self.next_due()
             timeout = None if due is None else max(0.0, due - self.clock.now())
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
         return None
