@@ -558,7 +558,13 @@ class PodWorker:
 
     async def _post_start(self, c: ContainerPlan, container_id: str) -> None:
         try:
-            result = await self.hooks.post_start(HookTarget(self.pod, c.spec, self.exec_target(c.name)))
+            target = self.exec_target(c.name)
+            if target is not None and target.oci is not None:  # exec through the runtime once it knows the container
+                for _ in range(250):
+                    if target.oci.known():
+                        break
+                    await asyncio.sleep(0.02)
+            result = await self.hooks.post_start(HookTarget(self.pod, c.spec, target))
         finally:
             self._hook_running.discard(c.name)
             self._kick()

@@ -126,6 +126,13 @@ class OciExec:
     def pid_file(self) -> str:
         return os.path.join(self.bundle_dir, f"exec-{secrets.token_hex(6)}.pid")
 
+    def known(self) -> bool:
+        """The runtime has written the container's state (runc's state.json, crun's status): its
+        process can be in the cgroup, and so the container Running, a moment before that, and an
+        exec then fails with "container does not exist" (a postStart hook did, in CI)."""
+        d = os.path.join(self.root, self.cid)
+        return os.path.exists(os.path.join(d, "state.json")) or os.path.exists(os.path.join(d, "status"))
+
     def argv(self, command: Sequence[str], *, tty: bool, pid_file: str) -> list[str]:
         if not command:
             raise ValueError("command: Required value")
