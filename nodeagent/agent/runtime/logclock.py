@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from nodeagent.agent.runtime import logtimes
+from nodeagent.agent.runtime.logs import file_identity
 from nodeagent.core.clock import Clock, SystemClock
 from nodeagent.core.inotify import (
     IN_CREATE,
@@ -51,14 +52,6 @@ class _File:
     rotated: tuple[int, int] | None  # (inode, size) of `.1` when last looked
     pending: list[str] = field(default_factory=list)
     compact_at: int = 0  # compact past this side-file size (twice what the last compaction left)
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_size
 
 
 class LogClock:
@@ -159,7 +152,7 @@ class LogClock:
         if f is None:
             times = logtimes.load(path)
             last = times.ends[-1] if times.ends else times.base
-            f = self._files[path] = _File(times, max(0, last - times.base), _identity(path + ".1"))
+            f = self._files[path] = _File(times, max(0, last - times.base), file_identity(path + ".1"))
         return f
 
     def _flush(self, seen: dict[str, tuple[int, int]]) -> None:
@@ -167,7 +160,7 @@ class LogClock:
         for path, (size, ns) in seen.items():
             f = self._file(path)
             if size < f.live_size:
-                ident = _identity(path + ".1")
+                ident = file_identity(path + ".1")
                 if ident is not None and ident != f.rotated:
                     f.times.base += ident[1]
                     f.rotated = ident

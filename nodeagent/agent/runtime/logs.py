@@ -287,7 +287,7 @@ class LogReader:
             for p in reversed(rotated_files(path)):
                 with contextlib.suppress(FileNotFoundError):
                     self._pending.append((os.open(p, os.O_RDONLY | os.O_CLOEXEC), 0, None))
-        self._rotated = _identity(path + ".1")
+        self._rotated = file_identity(path + ".1")
         self._fd: int | None = None
 
     @classmethod
@@ -321,7 +321,7 @@ class LogReader:
 
     def _rotation(self) -> bool:
         """Take a rotation since the last read into account; True if there was one."""
-        ident = _identity(self.path + ".1")
+        ident = file_identity(self.path + ".1")
         if ident is None or ident == self._rotated:
             return False
         self._rotated = ident
@@ -350,7 +350,7 @@ class LogReader:
             self._fd = None
 
 
-def _identity(path: str) -> tuple[int, int] | None:
+def file_identity(path: str) -> tuple[int, int] | None:
     """(inode, size) of a file, None if it is not there."""
     try:
         st = os.stat(path)
