@@ -14,7 +14,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from nodeagent.cluster.apiserver.podlog import CHUNK, AgentProxy
+from nodeagent.cluster.apiserver.podlog import AgentProxy
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
 from nodeagent.cluster.apiserver.resources import ApiSettings
 from nodeagent.cluster.autoscaling.metrics.scrape import agent_url
@@ -61,13 +61,6 @@ def add_node_proxy(settings: ApiSettings, proxy: AgentProxy) -> None:
         async with upstream:
             resp = web.StreamResponse(status=upstream.status,
                                       headers={k: upstream.headers[k] for k in _RELAYED if k in upstream.headers})
-            try:
-                await resp.prepare(request)
-                async for chunk in upstream.content.iter_chunked(CHUNK):
-                    await resp.write(chunk)
-                await resp.write_eof()
-            except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-                pass  # either side went
-            return resp
+            return await proxy.relay_body(request, upstream, resp)
 
     settings.add_subresource("", "nodes", "proxy", handler)

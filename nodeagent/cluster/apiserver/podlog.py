@@ -238,15 +238,21 @@ class AgentProxy:
         async with upstream:
             if upstream.status != 200:
                 raise await self._agent_error(upstream, pod, container, node_name)
-            resp = web.StreamResponse(headers={"Content-Type": "text/plain"})
-            try:
-                await resp.prepare(request)
-                async for chunk in upstream.content.iter_chunked(CHUNK):
-                    await resp.write(chunk)
-                await resp.write_eof()
-            except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-                pass  # the client went (kubectl logs -f ended), or the agent did (its run is cut short)
-            return resp
+            return await self.relay_body(request, upstream, web.StreamResponse(headers={"Content-Type": "text/plain"}))
+
+    @staticmethod
+    async def relay_body(request: web.Request, upstream: aiohttp.ClientResponse,
+                         resp: web.StreamResponse) -> web.StreamResponse:
+        """Copy the agent's body to the client chunk by chunk (pods/log, nodes/proxy) until it ends
+        or either side goes (`kubectl logs -f` ended, or the agent's run was cut short)."""
+        try:
+            await resp.prepare(request)
+            async for chunk in upstream.content.iter_chunked(CHUNK):
+                await resp.write(chunk)
+            await resp.write_eof()
+        except (ConnectionResetError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+            pass
+        return resp
 
     async def _agent_error(self, upstream: aiohttp.ClientResponse, pod: dict[str, Any], container: str,
                            node_name: str) -> errors.StatusError:
