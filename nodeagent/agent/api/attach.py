@@ -1,8 +1,10 @@
 """GET pods/<name>/attach over WebSocket (`v5.channel.k8s.io`, or v4): the kubelet's attach endpoint
-for host-process containers (runtime/attach.py). As exec does, it upgrades first and reports every
-later problem as a Failure Status on the error channel. Output is what the container writes from
-now on (its log; stdout and stderr are one file, sent on the stream the client asked for, stdout
-first); stdin frames go to the container's stdin FIFO. The session ends when the run ends (a
+(runtime/attach.py). As exec does, it upgrades first and reports every later problem as a Failure
+Status on the error channel. Output is what the container writes from now on (its log; stdout and
+stderr are one file, sent on the stream the client asked for, stdout first; a terminal's output is
+raw, as the terminal gives it); stdin frames go to the container's stdin FIFO, or to its terminal
+(`tty: true`), whose size follows the client's resize frames. With `stdinOnce` (no tty) the end of
+the first session's input ends the container's stdin. The session ends when the run ends (a
 Success Status) or when the client goes (the container keeps running: attach never kills)."""
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import contextlib
 import os
 
 import structlog
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
 from nodeagent.agent.api.backend import AgentBackend
-from nodeagent.agent.api.exec import failure, upgrade
-from nodeagent.agent.runtime import logs
-from nodeagent.agent.runtime.attach import AttachTarget, AttachUnavailable, StdinWriter
+from nodeagent.agent.api.exec import client_frames, failure, upgrade
+from nodeagent.agent.runtime import logs, stdio_holder
+from nodeagent.agent.runtime.attach import AttachTarget, AttachUnavailable, StdinWriter, TerminalWriter
+from nodeagent.agent.runtime.exec_session import set_window_size
 from nodeagent.core import remotecommand as rc
 
 log = structlog.get_logger(__name__)
@@ -38,21 +41,34 @@ async def attach_handler(request: web.Request, backend: AgentBackend) -> web.Str
         what = f'container "{opts.container}" of pod' if opts.container else "pod"
         return await failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
     start = await asyncio.to_thread(_size, target.log.path)  # output from now on, before any input is sent
-    writer: StdinWriter | None = None
-    if opts.stdin:
-        if target.stdin is None:
-            return await failure(ws, f'container "{opts.container or "(default)"}" in pod "{name}" was not started '
-                                     "with stdin: true: nothing reads what is sent to it", "BadRequest", 400)
-        try:
-            writer = StdinWriter(target.stdin)
-        except (AttachUnavailable, OSError) as e:
-            return await failure(ws, str(e), "BadRequest", 400)
-    log.info("attach_started", pod=f"{ns}/{name}", container=opts.container, stdin=opts.stdin)
+    master: int | None = None
+    writer: StdinWriter | TerminalWriter | None = None
     try:
-        ended = await _serve(ws, target, start, writer, opts, v5=protocol == rc.V5)
+        if target.tty:
+            try:
+                master = stdio_holder.take_fd(target.container_dir, stdio_holder.TTY)
+            except (stdio_holder.HolderGone, OSError) as e:
+                return await failure(ws, f"the terminal of the container is not available: {e}", "InternalError", 500)
+        if opts.stdin:
+            if target.stdin is None:
+                return await failure(ws, f'container "{opts.container or "(default)"}" in pod "{name}" was not started '
+                                         "with stdin: true: nothing reads what is sent to it", "BadRequest", 400)
+            try:
+                writer = _writer(target, master)
+            except (AttachUnavailable, OSError) as e:
+                return await failure(ws, str(e), "BadRequest", 400)
+        log.info("attach_started", pod=f"{ns}/{name}", container=opts.container, stdin=writer is not None,
+                 tty=target.tty)
+        try:
+            ended = await _serve(ws, target, start, writer, master, opts, v5=protocol == rc.V5)
+        finally:
+            if writer is not None:
+                writer.close()
+                if target.stdin_once and not target.tty:  # the first session's input is the container's last
+                    stdio_holder.release(target.container_dir, stdio_holder.STDIN)
     finally:
-        if writer is not None:
-            writer.close()
+        if master is not None:
+            os.close(master)
     log.info("attach_finished", pod=f"{ns}/{name}", container=opts.container, run_ended=ended)
     if ended:
         with contextlib.suppress(ConnectionResetError):
@@ -61,8 +77,21 @@ async def attach_handler(request: web.Request, backend: AgentBackend) -> web.Str
     return ws
 
 
-async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int, writer: StdinWriter | None,
-                 opts: rc.ExecOptions, *, v5: bool) -> bool:
+def _writer(target: AttachTarget, master: int | None) -> StdinWriter | TerminalWriter | None:
+    """The session's input: the terminal, or the stdin FIFO; None once a stdinOnce container's
+    stdin was closed by an earlier session (this one gets the output only, as with containerd)."""
+    if master is not None:
+        return TerminalWriter(os.dup(master))
+    assert target.stdin is not None
+    if target.stdin_once and stdio_holder.read_record(target.container_dir) is None:
+        log.info("attach_stdin_closed", reason="stdinOnce: an earlier session's input ended it")
+        return None
+    return StdinWriter(target.stdin)
+
+
+async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int,
+                 writer: StdinWriter | TerminalWriter | None, master: int | None, opts: rc.ExecOptions, *,
+                 v5: bool) -> bool:
     """Pump until the run ends and its output is sent (True) or the client goes (False)."""
     channel = rc.STDOUT if opts.stdout else rc.STDERR if opts.stderr else None
     path = target.log.path
@@ -83,18 +112,21 @@ async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int, wr
         finally:
             reader.close()
 
-    async def client() -> None:
-        async for msg in ws:
-            if msg.type != WSMsgType.BINARY or not msg.data:
-                continue
-            kind, data = msg.data[0], msg.data[1:]
-            if kind == rc.STDIN and writer is not None:
-                await writer.write(data)
-            elif kind == rc.CLOSE and v5 and data[:1] == bytes((rc.STDIN,)) and writer is not None:
-                writer.close()  # the client's stdin ended; the container's stays open (no stdinOnce)
+    def close_stdin() -> None:
+        """The client's input ended (v5): a pipe's writer is closed (a terminal's stays: a shell
+        under it would read ^D), and with stdinOnce the container's stdin ends with it."""
+        if writer is not None and master is None:
+            writer.close()
+            if target.stdin_once:
+                stdio_holder.release(target.container_dir, stdio_holder.STDIN)
+
+    def resize(columns: int, rows: int) -> None:
+        if master is not None:
+            set_window_size(master, columns, rows)
 
     out = asyncio.ensure_future(output())
-    inp = asyncio.ensure_future(client())
+    inp = asyncio.ensure_future(client_frames(ws, v5=v5, stdin=writer.write if writer is not None else None,
+                                              resize=resize, close_stdin=close_stdin))
     try:
         await asyncio.wait({out, inp}, return_when=asyncio.FIRST_COMPLETED)
         return out.done() and not out.cancelled() and out.exception() is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import structlog
 from aiohttp import WSMsgType, web
@@ -44,6 +45,24 @@ async def upgrade(request: web.Request, what: str) -> tuple[web.WebSocketRespons
         raise StatusError(400, f"the client offers none of the protocols {', '.join(rc.PROTOCOLS)}")
     await ws.prepare(request)
     return ws, ready.protocol
+
+
+async def client_frames(ws: web.WebSocketResponse, *, v5: bool, stdin: Callable[[bytes], Awaitable[None]] | None,
+                        resize: Callable[[int, int], None] | None, close_stdin: Callable[[], None] | None) -> None:
+    """What the client sends in an exec or attach session, until it goes: input, window sizes and
+    (v5) the end of its input, each to its handler (a missing one ignores it, as the kubelet does)."""
+    async for msg in ws:
+        if msg.type != WSMsgType.BINARY or not msg.data:
+            continue
+        channel, data = msg.data[0], msg.data[1:]
+        if channel == rc.STDIN and stdin is not None:
+            await stdin(data)
+        elif channel == rc.RESIZE and resize is not None:
+            size = rc.parse_resize(data)
+            if size is not None:
+                resize(*size)
+        elif channel == rc.CLOSE and v5 and data[:1] == bytes((rc.STDIN,)) and close_stdin is not None:
+            close_stdin()
 
 
 async def exec_handler(request: web.Request, backend: AgentBackend) -> web.StreamResponse:
@@ -91,22 +110,9 @@ async def _serve(ws: web.WebSocketResponse, session: ExecSession, *, v5: bool) -
             await ws.send_bytes(rc.frame(channel, data))
         return await session.exit_code
 
-    async def client() -> None:
-        async for msg in ws:
-            if msg.type != WSMsgType.BINARY or not msg.data:
-                continue
-            channel, data = msg.data[0], msg.data[1:]
-            if channel == rc.STDIN:
-                await session.write_stdin(data)
-            elif channel == rc.RESIZE:
-                size = rc.parse_resize(data)
-                if size is not None:
-                    session.resize(*size)
-            elif channel == rc.CLOSE and v5 and data[:1] == bytes((rc.STDIN,)):
-                session.close_stdin()
-
     out = asyncio.ensure_future(output())
-    inp = asyncio.ensure_future(client())
+    inp = asyncio.ensure_future(client_frames(ws, v5=v5, stdin=session.write_stdin, resize=session.resize,
+                                              close_stdin=session.close_stdin))
     try:
         await asyncio.wait({out, inp}, return_when=asyncio.FIRST_COMPLETED)
         if out.done() and out.exception() is None:

@@ -235,7 +235,7 @@ class ImageContainer:
             run_as_group=security.run_as_group if security else None,
             image=self.record.config, passwd=passwd, group=group, hostname=hostname,
             cgroups_path=cgroups_path(self.driver.root, c.cgroup_path), resources=c.cgroup_spec,
-            oom_score_adj=c.config.oom_score_adj, sandbox_pid=sandbox_pid, mounts=mounts)
+            oom_score_adj=c.config.oom_score_adj, sandbox_pid=sandbox_pid, mounts=mounts, terminal=c.spec.tty)
 
     def _prepare_bundle(self, sources: VolumeSources | None = None) -> None:
         assert self.record is not None

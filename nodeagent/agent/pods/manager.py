@@ -430,7 +430,8 @@ class PodManager:
         plan = worker.plan.any_container(container)
         if plan is None or not source.running():
             raise AttachUnavailable(f'container "{container}" in pod "{name}" is not running')
-        return AttachTarget(source, plan.config.launch.stdin)
+        launch = plan.config.launch
+        return AttachTarget(source, launch.stdin, plan.config.log_dir, tty=launch.tty, stdin_once=launch.stdin_once)
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,

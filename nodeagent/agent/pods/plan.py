@@ -165,8 +165,10 @@ def plan_pod(pod: Pod, *, state_dir: str, memory_capacity: int,
             resolved, error = None, str(e)
         launch = launch_spec(c, pod, resolved)
         container_dir = logs.container_dir(log_dir, c.name)
-        if c.stdin and not runs_image(pod, c):  # `kubectl attach -i` writes to it (runtime/attach.py)
-            launch = replace(launch, stdin=fifo_path(container_dir))
+        if c.stdin:  # `kubectl attach -i` writes to it (runtime/attach.py); runc copies it to an image container's
+            launch = replace(launch, stdin=fifo_path(container_dir), stdin_once=c.stdin_once)
+        if c.tty:  # each run gets a terminal (runtime/stdio_holder.py)
+            launch = replace(launch, tty=True)
         config = ContainerConfig(
             name=c.name,
             launch=launch,

@@ -186,8 +186,7 @@ class ExecSession:
 
     def resize(self, columns: int, rows: int) -> None:
         if self.tty_fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.ioctl(self.tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+            set_window_size(self.tty_fd, columns, rows)
 
     # ---- the process ----
     def _reap(self) -> None:
@@ -220,6 +219,13 @@ class ExecSession:
         if self.tty_fd is not None:
             os.close(self.tty_fd)
             self.tty_fd = None
+
+
+def set_window_size(fd: int, columns: int, rows: int) -> None:
+    """A terminal's size, set through its master: the kernel SIGWINCHes its foreground process
+    group (`kubectl exec -it` and `attach -it` send the client's size, then every change)."""
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 
 
 def _set_done(future: asyncio.Future[None]) -> None:

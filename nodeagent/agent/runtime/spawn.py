@@ -75,7 +75,10 @@ class LaunchSpec:
     working_dir: str = "/"
     run_as_user: int | None = None
     run_as_group: int | None = None
-    stdin: str | None = None  # a FIFO the process reads as its stdin (stdinpipe.py); None: /dev/null
+    stdin: str | None = None  # a FIFO the process reads as its stdin (attach.py); None: /dev/null
+    stdin_once: bool = False  # the FIFO is opened read-only: EOF once its keeper is gone (stdio_holder.py)
+    tty: bool = False  # the container wants a terminal (each run gets one: stdio_holder.start_tty)
+    terminal: str | None = None  # this run's terminal (a pty slave's path): its stdin, stdout and stderr
 
     def __post_init__(self) -> None:
         if not self.argv or not self.argv[0]:
@@ -202,14 +205,20 @@ def spawn(
         raise FieldError("oom_score_adj", f"{oom_score_adj} not in [-1000, 1000]")
     if not os.path.isabs(log_path):
         raise FieldError("log_path", f"{log_path!r} must be an absolute path")
-    actions = [
-        # a stdin FIFO is opened read-write: the open does not wait for a writer, and the process
-        # never reads EOF between two `kubectl attach` sessions (the kubelet's stdinOnce=false)
-        (os.POSIX_SPAWN_OPEN, 0, spec.stdin, os.O_RDWR, 0) if spec.stdin else
-        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ]
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]]
+    if spec.terminal:  # opened after setsid: the process's controlling terminal; its holder writes the log
+        actions = [(os.POSIX_SPAWN_OPEN, 0, spec.terminal, os.O_RDWR, 0), (os.POSIX_SPAWN_DUP2, 0, 1),
+                   (os.POSIX_SPAWN_DUP2, 0, 2)]
+    else:
+        actions = [
+            # a stdin FIFO is opened read-write: the open does not wait for a writer, and the process
+            # never reads EOF between two `kubectl attach` sessions (the kubelet's stdinOnce=false);
+            # with stdinOnce read-only, its keeper (stdio_holder.py) already holding it open for writing
+            (os.POSIX_SPAWN_OPEN, 0, spec.stdin, os.O_RDONLY if spec.stdin_once else os.O_RDWR, 0) if spec.stdin
+            else (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ]
     r = w = None
     if ready:
         r, w = _ready_pipe()

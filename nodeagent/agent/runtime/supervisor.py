@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from nodeagent.agent.node.procfs import is_same_process, parent_pid, start_time_to_wall
-from nodeagent.agent.runtime import logs
+from nodeagent.agent.runtime import logs, stdio_holder
 from nodeagent.agent.runtime.attach import recreate_fifo
 from nodeagent.agent.runtime.backoff import CrashBackoff
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
@@ -247,19 +247,40 @@ class ContainerWorker:
         try:
             logs.prepare_log_dir(self.config.log_dir)
             logs.prune_runs(self.config.log_dir, self._status.restart_count)
-            if self.config.launch.stdin:
-                recreate_fifo(self.config.launch.stdin)
             files = self.cgroup.procs_files() if self.cgroup else []
             oom_before = self._oom_kills()
-            faults.hit("before-spawn")
-            sp = self._spawner(self.config.launch, path, files, self.config.oom_score_adj)
-            faults.hit("after-spawn")
+            launch, slave = self._stdio(path)
+            try:
+                faults.hit("before-spawn")
+                sp = self._spawner(launch, path, files, self.config.oom_score_adj)
+                faults.hit("after-spawn")
+            except BaseException:
+                stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)
+                raise
+            finally:
+                if slave is not None:
+                    os.close(slave)
         except (OSError, ValueError) as e:
             self._start_failed(e)
             return
         self._watch(sp.pid, sp.start_time, child=True, started_at=self.clock.wall(), oom_before=oom_before,
                     ready_fd=sp.ready_fd)
         self._log.info("container_started", pid=sp.pid, restart_count=self._status.restart_count)
+
+    def _stdio(self, log_path: str) -> tuple[LaunchSpec, int | None]:
+        """This run's stdin and terminal (blocking, small): a fresh stdin FIFO, with its keeper for
+        stdinOnce, or a fresh terminal and its holder for tty (stdio_holder.py); the slave's
+        descriptor, which the caller closes once the run has opened it."""
+        launch = self.config.launch
+        stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)  # an earlier run's keeper
+        if launch.stdin:
+            recreate_fifo(launch.stdin)
+        if launch.tty:
+            _, slave = stdio_holder.start_tty(self.config.log_dir, log_path)
+            return replace(launch, terminal=os.ttyname(slave)), slave
+        if launch.stdin and launch.stdin_once:
+            stdio_holder.start_stdin_keeper(self.config.log_dir, launch.stdin)
+        return launch, None
 
     def _watch(
         self,
@@ -357,6 +378,7 @@ class ContainerWorker:
         else:
             state = unknown_exit(proc.started_at, finished, proc.container_id)
         self._proc = None
+        stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)  # the run's stdin keeper goes with it
         self._exit = _Exit(state, proc.finished_mono)
         self._log.info("container_exited", pid=proc.pid, exit_code=state.exit_code, reason=state.reason)
         self._set(state=state)

@@ -112,9 +112,9 @@ class Container(KubeModel):
     image_pull_policy: str | None = None
     ports: list[dict[str, Any]] = []  # no meaning here yet: kept as given, never acted on
     volume_mounts: list[dict[str, Any]] = []  # checked in validation.py (model/volume.py)
-    stdin: bool = False  # a host process reads a pipe `kubectl attach -i` writes to (runtime/stdinpipe.py)
-    stdin_once: bool = False  # accepted; stdin stays open after the first attach (see docs)
-    tty: bool = False  # accepted; no terminal is allocated (kubectl attach then says so and goes on without)
+    stdin: bool = False  # the container reads a pipe `kubectl attach -i` writes to (agent/runtime/attach.py)
+    stdin_once: bool = False  # its stdin ends with the first attach session's input (runtime/stdio_holder.py)
+    tty: bool = False  # each run gets a terminal `kubectl attach -it` types into (runtime/stdio_holder.py)
 
     _written_when_set: ClassVar[frozenset[str]] = frozenset(
         {"termination_message_path", "termination_message_policy", "stdin", "stdin_once", "tty"}

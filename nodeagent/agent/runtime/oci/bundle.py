@@ -93,6 +93,7 @@ class ContainerBundle:
     mounts: tuple[Mount, ...] = ()
     additional_gids: tuple[int, ...] = ()
     read_only_rootfs: bool = False
+    terminal: bool = False  # `tty: true`: the runtime gives the process a console (relayed by the monitor)
     capabilities: tuple[str, ...] = DEFAULT_CAPS
     annotations: Mapping[str, str] = field(default_factory=dict)
 
@@ -260,7 +261,7 @@ def config_json(b: ContainerBundle) -> dict[str, Any]:
             raise FieldError("volumeMounts.mountPath", f"{m.destination!r} must be an absolute path without '..'")
     caps = list(b.capabilities)
     process: dict[str, Any] = {
-        "terminal": False,
+        "terminal": b.terminal,
         "user": {"uid": b.uid, "gid": b.gid},
         "args": list(b.argv),
         "env": list(b.env),
@@ -301,7 +302,8 @@ def container_bundle(*, command: Sequence[str], args: Sequence[str], env: Sequen
                      working_dir: str | None, run_as_user: int | None, run_as_group: int | None,
                      image: ImageConfig, passwd: str, group: str, hostname: str, cgroups_path: str,
                      resources: CgroupSpec, oom_score_adj: int | None, sandbox_pid: int | None,
-                     mounts: Sequence[Mount] = (), read_only_rootfs: bool = False) -> ContainerBundle:
+                     mounts: Sequence[Mount] = (), read_only_rootfs: bool = False,
+                     terminal: bool = False) -> ContainerBundle:
     """One container's bundle from its manifest fields and its image's config (FieldError names
     what cannot be made: the kubelet's CreateContainerConfigError).
 
@@ -317,7 +319,7 @@ def container_bundle(*, command: Sequence[str], args: Sequence[str], env: Sequen
                            hostname=hostname, cgroups_path=cgroups_path,
                            resources=replace(resources, memory_max=None, memory_high=None),
                            oom_score_adj=oom_score_adj, sandbox_pid=sandbox_pid, mounts=tuple(mounts),
-                           read_only_rootfs=read_only_rootfs)
+                           read_only_rootfs=read_only_rootfs, terminal=terminal)
 
 
 def hosts_file(hostname: str) -> str:

@@ -190,6 +190,14 @@ def replace_file(path: str, data: bytes) -> None:
         raise
 
 
+def monitor_launch(argv: Sequence[str], container: LaunchSpec) -> LaunchSpec:
+    """The runtime's monitor with the container's stdio: `runc run` in the foreground copies its
+    stdin (the container's FIFO) to the container's, or relays its terminal (this run's pty slave,
+    stdio_holder.py) to the console it creates for a `process.terminal` container."""
+    return LaunchSpec(tuple(argv), dict(RUNTIME_ENV), stdin=container.stdin, stdin_once=container.stdin_once,
+                      terminal=container.terminal)
+
+
 class OciRuntime:
     def __init__(self, name: str, binary: str, root: str) -> None:
         self.name = name
@@ -239,11 +247,11 @@ class OciRuntime:
                 sandbox: Sandbox | None, monitor_procs: Callable[[], list[str]] | None = None,
                 ) -> Callable[[LaunchSpec, str, Sequence[str], int | None], Spawned]:
         """A Spawner for ContainerWorker that runs the container from its image (see the module)."""
-        def start(_launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
+        def start(launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
             self.delete(cid)
             self.prepare(dirs, lowerdirs, make_bundle, sandbox)
             files = monitor_procs() if monitor_procs is not None else (sandbox.procs_files() if sandbox else [])
-            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), dict(RUNTIME_ENV))
+            monitor = monitor_launch(self.run_argv(dirs.root, cid), launch)
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
             return sp
@@ -256,9 +264,9 @@ class OciRuntime:
         """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, with a
         ready signal: the container reads Running once its own process (no longer the runtime's
         init) is in its cgroup (`container_pids`: the runtime's child of the container cgroup)."""
-        def start(_launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
+        def start(launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
             files = sandbox.procs_files() if sandbox is not None else []
-            monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), dict(RUNTIME_ENV))
+            monitor = monitor_launch(self.run_argv(dirs.root, cid), launch)
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
             return replace(sp, ready_fd=watch_ready(sp.pid, container_pids))
