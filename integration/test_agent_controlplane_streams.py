@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from agent_harness import AgentProcess, poll_until
 from conftest import KERNEL_VERSION
-from secure_cluster import KUBECTL, MARKS, ROOT, SecureServer
+from secure_cluster import KUBECTL, MARKS, ROOT, SecureServer, talk_on_terminal
 
 pytestmark = MARKS
 NODE = "streams-1"
@@ -102,3 +102,28 @@ def test_log_times_and_attach_across_an_agent_restart(cluster: tuple[SecureServe
     poll_until(lambda: (p := server.get_json("pod", "reader")) and p["status"].get("phase") in ("Succeeded", "Failed"),
                30, "the reader to end")
     assert server.kubectl("logs", "reader").stdout == "waiting\ngot-first\ngot-second\n"
+
+
+def test_a_terminal_and_a_stdin_keeper_outlive_the_agent(cluster: tuple[SecureServer, AgentProcess]) -> None:
+    """The holders of a tty container's terminal and of a stdinOnce container's stdin are not the
+    agent (runtime/stdio_holder.py): after a restart, `kubectl attach -it` types into the same
+    terminal and resizes it, and the first `attach -i` still ends the stdinOnce container's input."""
+    server, agent = cluster
+    apply(server, "term", "[ -t 0 ] && echo tty-yes; read a; sleep 0.5; echo got-$a $(stty size); exit 3",
+          stdin=True, tty=True)
+    apply(server, "once", "echo waiting; cat; echo stdin-ended", stdin=True, stdinOnce=True)
+    poll_until(lambda: "tty-yes" in server.kubectl("logs", "term").stdout, 15, "the container on its terminal")
+    agent.stop()
+    time.sleep(0.5)
+    agent.start()
+    poll_until(lambda: server.kubectl("logs", "once", check=False).stdout == "waiting\n", 30,
+               "the logs through the restarted agent")
+    argv = [str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir", str(server.tmp / "cache"),
+            "attach", "-it", "term"]
+    out, code = talk_on_terminal(argv, {"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+                                 prompt=b"try pressing enter", reply=b"blue\r", timeout=30, size=(41, 123))
+    assert b"got-blue 41 123" in out and code == 0, out
+    res = subprocess.run([str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir", str(server.tmp / "cache"),
+                          "attach", "-i", "once"], input="first\n", capture_output=True, text=True, timeout=60,
+                         env={"HOME": str(server.tmp), "PATH": "/usr/bin:/bin"})
+    assert (res.returncode, res.stdout) == (0, "first\nstdin-ended\n"), res.stderr

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 
 import pytest
 from kube.secure_server import KUBECTL, SecureServer
+from kube.terminal import talk_on_terminal
 from test_agent_controlplane_pods import Agent, apply, pod_manifest, until
 from test_kube_pod_exec import kubectl
 from test_kube_pod_logs import cluster, ready  # noqa: F401 - the module's fixture
@@ -64,6 +66,39 @@ def test_attach_stdin_reaches_the_container(cluster: tuple[SecureServer, Agent])
     assert (res.returncode, res.stdout) == (0, "got-first\ngot-second\n"), res.stderr
     until(lambda: (p := server.get_json("pod", "reader")) and p["status"].get("phase") == "Succeeded", 15,
           "the container to end with what it read")
+
+
+def test_attach_with_a_terminal(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    """`kubectl attach -it` to a `tty: true` container: it has a terminal (its size is kubectl's,
+    sent as a resize frame), reads what is typed, and its output is the terminal's (in the log too)."""
+    server, _ = cluster
+    apply(server, once("term", "[ -t 0 ] && [ -t 1 ] && echo tty-yes; read a; sleep 0.5; echo got-$a $(stty size); "
+                               "exit 3", stdin=True, tty=True))
+    ready(server, "term")
+    until(lambda: "tty-yes" in server.kubectl("logs", "term").stdout, 10, "the container on its terminal")
+    argv = [str(KUBECTL), "--kubeconfig", str(server.admin), "--cache-dir", str(server.tmp / "cache"), "attach", "-it",
+            "term"]
+    out, code = talk_on_terminal(argv, {"HOME": str(server.tmp), "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+                                 prompt=b"try pressing enter", reply=b"blue\r", timeout=20, size=(41, 123))
+    assert b"got-blue 41 123" in out and b"tty-yes" not in out, out  # from now on, at the client's size
+    assert code == 0, out
+    until(lambda: (p := server.get_json("pod", "term")) and p["status"].get("phase") == "Failed", 15, "the end")
+    log = server.kubectl("get", "--raw", "/api/v1/namespaces/default/pods/term/log").stdout  # text mode: \r\n -> \n
+    assert log == "tty-yes\nblue\ngot-blue 41 123\n", log  # the typed line echoed, as a terminal does
+
+
+def test_stdin_once_ends_with_the_first_session(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    """`stdinOnce: true`: the container's stdin is empty (no EOF) until a session attaches, and ends
+    when that session's input does (the container reads EOF)."""
+    server, _ = cluster
+    apply(server, once("once", "echo waiting; cat; echo stdin-ended", stdin=True, stdinOnce=True))
+    ready(server, "once")
+    until(lambda: server.kubectl("logs", "once").stdout == "waiting\n", 10, "the container to wait for input")
+    time.sleep(0.5)
+    assert server.kubectl("logs", "once").stdout == "waiting\n"  # no EOF before anyone attached
+    res = kubectl(server, "attach", "-i", "once", input="first\nsecond\n")
+    assert (res.returncode, res.stdout) == (0, "first\nsecond\nstdin-ended\n"), res.stderr
+    until(lambda: (p := server.get_json("pod", "once")) and p["status"].get("phase") == "Succeeded", 15, "the end")
 
 
 def test_attach_errors(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811

@@ -3,20 +3,26 @@ shared by the exec tests of host-process pods (unit suite) and of image containe
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import select
 import signal
+import struct
+import termios
 import time
 from collections.abc import Mapping
 
 
 def talk_on_terminal(argv: list[str], env: Mapping[str, str], *, prompt: bytes, reply: bytes,
-                     timeout: float = 30.0) -> tuple[bytes, int]:
+                     timeout: float = 30.0, size: tuple[int, int] | None = None) -> tuple[bytes, int]:
     """Everything the command wrote, and its exit code. `reply` is typed once `prompt` has shown; a
-    command still there 5 s after `timeout` is killed (the caller's assertions say what was missing)."""
+    command still there 5 s after `timeout` is killed (the caller's assertions say what was missing).
+    `size`: the terminal's (rows, columns), set before the command starts."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the command with the pty as its terminal
+        if size is not None:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
         os.environ.update(env)
         os.execv(argv[0], argv)
     out = b""

@@ -26,6 +26,7 @@ from nodeagent.core import remotecommand as rc
 log = structlog.get_logger(__name__)
 POLL_S = 0.05  # how often the output is looked at while the container is quiet
 CHUNK = 64 * 1024
+TTY_DRAIN_S = 2.0  # at most this long after a tty run ended, its holder's last copy is waited for
 SUCCESS = b'{"metadata":{},"status":"Success"}'
 
 
@@ -98,6 +99,7 @@ async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int,
 
     async def output() -> None:
         reader = logs.LogReader(path, start)
+        drain = int(TTY_DRAIN_S / POLL_S)
         try:
             while True:
                 alive = target.log.running()
@@ -107,6 +109,10 @@ async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int,
                         await ws.send_bytes(rc.frame(channel, data))
                     continue
                 if not alive:
+                    if target.tty and drain > 0 and stdio_holder.alive(target.container_dir, stdio_holder.TTY):
+                        drain -= 1  # the terminal's holder still copies the run's last words into the log
+                        await asyncio.sleep(POLL_S)
+                        continue
                     return
                 await asyncio.sleep(POLL_S)
         finally:

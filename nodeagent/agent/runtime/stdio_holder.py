@@ -177,6 +177,13 @@ def _kill(holder: Holder) -> bool:
     return True
 
 
+def alive(container_dir: str, kind: str) -> bool:
+    """A live holder of that kind is recorded (a terminal's: it may still be copying what the
+    run's last process wrote before it ended)."""
+    holder = read_record(container_dir)
+    return holder is not None and holder.kind == kind and process_start_time(holder.pid) == holder.start_time
+
+
 def take_fd(container_dir: str, kind: str, target_fd: int = 0) -> int:
     """A copy (close-on-exec) of the holder's descriptor `target_fd`: the terminal's master for
     TTY. HolderGone when no live holder of that kind is recorded."""
