@@ -47,17 +47,29 @@ def exec_server(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
         s.stop()
 
 
-@pytest.fixture
-def box(exec_server: tuple[Any, Path], make_agent: Callable[..., AgentProcess],  # noqa: F811
-        registry: Any) -> Iterator[tuple[Any, AgentProcess, str]]:
-    """A Guaranteed image pod "box" running `sleep` on an agent joined to the server; (server, agent, uid)."""
+def join(exec_server: tuple[Any, Path], make_agent: Callable[..., AgentProcess], **config: Any) -> AgentProcess:  # noqa: F811
+    """An agent (with `config` beside the rest) joined to the server, its node Ready."""
     server, token_file = exec_server
     agent = make_agent(extra_config={"kubeconfig": str(server.node_kubeconfig(NODE_NAME)),
                                      "authentication": {"tokenFile": str(token_file)},
-                                     "nodeLeaseDurationSeconds": 4, "nodeStatusUpdateFrequency": "1s"})
+                                     "nodeLeaseDurationSeconds": 4, "nodeStatusUpdateFrequency": "1s", **config})
     agent.token = token_file.read_text().strip()
     poll_until(lambda: "Ready" in server.kubectl("get", "node", NODE_NAME, check=False).stdout, 60,
                "the node to be Ready")
+    return agent
+
+
+@pytest.fixture
+def joined(exec_server: tuple[Any, Path], make_agent: Callable[..., AgentProcess],  # noqa: F811
+           ) -> tuple[Any, AgentProcess]:
+    """An agent joined to the server, its node Ready; (server, agent)."""
+    return exec_server[0], join(exec_server, make_agent)
+
+
+@pytest.fixture
+def box(joined: tuple[Any, AgentProcess], registry: Any) -> Iterator[tuple[Any, AgentProcess, str]]:
+    """A Guaranteed image pod "box" running `sleep` on an agent joined to the server; (server, agent, uid)."""
+    server, agent = joined
     body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "box", "namespace": "default"},
             "spec": {"containers": [{"name": "main", "image": f"{registry.host}/test/small:1",
                                      "args": ["-c", "exec sleep 300"], "workingDir": "/tmp",

@@ -28,7 +28,8 @@ Exit codes of the shim (docker's convention, so operators recognise them):
 A command can itself exit with these codes; the log line tells them apart.
 
 The child opens its log itself (O_WRONLY|O_APPEND|O_CREAT, a posix_spawn file action) for
-stdout and stderr, with stdin from /dev/null: no pipe ties it to the agent, so an agent restart
+stdout and stderr, with stdin from /dev/null or its stdin FIFO (attach.py), or it opens this run's
+terminal for all three (stdio_holder.py): no pipe ties it to the agent, so an agent restart
 neither blocks nor SIGPIPEs it. Signals the agent ignores (Python ignores SIGPIPE and SIGXFSZ)
 are reset to default and the signal mask is emptied. The child starts a new session, so its PID
 is also its process-group ID. Only the agent's inheritable descriptors could leak into the child;

@@ -9,9 +9,11 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
   3. the user is resolved against the image's /etc/passwd and /etc/group (read inside the rootfs,
      never through a symlink leaving it) and config.json is written atomically (bundle.py);
   4. `runc run --bundle DIR ID` is spawned through the spawn shim into the pod's sandbox cgroup,
-     with the container's log file as stdout and stderr (the runtime hands its stdio to the
-     container): the monitor's PID is what the worker watches (pidfd), signals (runc forwards
-     SIGTERM to the container) and checkpoints; its exit status is the container's (128+n for a
+     with the container's log file as stdout and stderr and its stdin FIFO, if any, as stdin (the
+     runtime copies its stdio to and from the container's; for `tty: true` the monitor's stdio is
+     the run's terminal, which it relays to the container's console: stdio_holder.py): the
+     monitor's PID is what the worker watches (pidfd), signals (runc forwards SIGTERM to the
+     container) and checkpoints; its exit status is the container's (128+n for a
      signal). The container itself runs in `<container cgroup>/oci`, a child of the cgroup the
      agent created with the container's limits: the runtime removes its own child when the
      container ends (runc only once it is deleted: `--keep`), the agent's cgroup (limits, OOM-kill
