@@ -21,6 +21,7 @@ from nodeagent.agent.api.exec import client_frames, failure, upgrade
 from nodeagent.agent.runtime import logs, stdio_holder
 from nodeagent.agent.runtime.attach import AttachTarget, AttachUnavailable, StdinWriter, TerminalWriter
 from nodeagent.agent.runtime.exec_session import set_window_size
+from nodeagent.agent.runtime.oci.runtime import open_console
 from nodeagent.core import remotecommand as rc
 
 log = structlog.get_logger(__name__)
@@ -43,6 +44,7 @@ async def attach_handler(request: web.Request, backend: AgentBackend) -> web.Str
         return await failure(ws, f'{what} "{name}" not found in namespace "{ns}"', "NotFound", 404)
     start = await asyncio.to_thread(_size, target.log.path)  # output from now on, before any input is sent
     master: int | None = None
+    consoles: list[int] = []  # the terminals whose size the client's is: the run's, an image container's console
     writer: StdinWriter | TerminalWriter | None = None
     try:
         if target.tty:
@@ -50,6 +52,9 @@ async def attach_handler(request: web.Request, backend: AgentBackend) -> web.Str
                 master = stdio_holder.take_fd(target.container_dir, stdio_holder.TTY)
             except (stdio_holder.HolderGone, OSError) as e:
                 return await failure(ws, f"the terminal of the container is not available: {e}", "InternalError", 500)
+            consoles.append(master)
+            if target.container_pids is not None and (console := open_console(target.container_pids())) is not None:
+                consoles.append(console)
         if opts.stdin:
             if target.stdin is None:
                 return await failure(ws, f'container "{opts.container or "(default)"}" in pod "{name}" was not started '
@@ -61,15 +66,15 @@ async def attach_handler(request: web.Request, backend: AgentBackend) -> web.Str
         log.info("attach_started", pod=f"{ns}/{name}", container=opts.container, stdin=writer is not None,
                  tty=target.tty)
         try:
-            ended = await _serve(ws, target, start, writer, master, opts, v5=protocol == rc.V5)
+            ended = await _serve(ws, target, start, writer, consoles, opts, v5=protocol == rc.V5)
         finally:
             if writer is not None:
                 writer.close()
                 if target.stdin_once and not target.tty:  # the first session's input is the container's last
                     stdio_holder.release(target.container_dir, stdio_holder.STDIN)
     finally:
-        if master is not None:
-            os.close(master)
+        for fd in consoles:
+            os.close(fd)
     log.info("attach_finished", pod=f"{ns}/{name}", container=opts.container, run_ended=ended)
     if ended:
         with contextlib.suppress(ConnectionResetError):
@@ -91,7 +96,7 @@ def _writer(target: AttachTarget, master: int | None) -> StdinWriter | TerminalW
 
 
 async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int,
-                 writer: StdinWriter | TerminalWriter | None, master: int | None, opts: rc.ExecOptions, *,
+                 writer: StdinWriter | TerminalWriter | None, consoles: list[int], opts: rc.ExecOptions, *,
                  v5: bool) -> bool:
     """Pump until the run ends and its output is sent (True) or the client goes (False)."""
     channel = rc.STDOUT if opts.stdout else rc.STDERR if opts.stderr else None
@@ -121,14 +126,14 @@ async def _serve(ws: web.WebSocketResponse, target: AttachTarget, start: int,
     def close_stdin() -> None:
         """The client's input ended (v5): a pipe's writer is closed (a terminal's stays: a shell
         under it would read ^D), and with stdinOnce the container's stdin ends with it."""
-        if writer is not None and master is None:
+        if writer is not None and not target.tty:
             writer.close()
             if target.stdin_once:
                 stdio_holder.release(target.container_dir, stdio_holder.STDIN)
 
     def resize(columns: int, rows: int) -> None:
-        if master is not None:
-            set_window_size(master, columns, rows)
+        for fd in consoles:
+            set_window_size(fd, columns, rows)
 
     out = asyncio.ensure_future(output())
     inp = asyncio.ensure_future(client_frames(ws, v5=v5, stdin=writer.write if writer is not None else None,

@@ -431,7 +431,8 @@ class PodManager:
         if plan is None or not source.running():
             raise AttachUnavailable(f'container "{container}" in pod "{name}" is not running')
         launch = plan.config.launch
-        return AttachTarget(source, launch.stdin, plan.config.log_dir, tty=launch.tty, stdin_once=launch.stdin_once)
+        return AttachTarget(source, launch.stdin, plan.config.log_dir, tty=launch.tty, stdin_once=launch.stdin_once,
+                            container_pids=worker.container_pids(container))
 
     def exec_target(self, namespace: str, name: str, container: str | None) -> ExecTarget | None:
         """Where `kubectl exec` runs (see AgentBackend.exec_target): the container's cgroup, env,

@@ -510,6 +510,14 @@ class PodWorker:
         last = shown(st.last_state) if st.last_state is not None else None
         return st if state is st.state and last is st.last_state else replace(st, state=state, last_state=last)
 
+    def container_pids(self, name: str) -> Callable[[], list[int]] | None:
+        """The processes of a container run from its image (the runtime's child of its cgroup),
+        None for a host process."""
+        image = self.image_containers.get(name)
+        if image is None:
+            return None
+        return lambda: image.driver.pids(image.cgroup)
+
     # ---- probes and hooks ----
     def exec_target(self, name: str) -> ExecTarget | None:
         """Where an exec probe, an exec hook or `kubectl exec` runs in the container: its cgroup,

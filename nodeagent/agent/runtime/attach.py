@@ -20,6 +20,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from nodeagent.agent.runtime.logs import LogSource
@@ -38,6 +39,7 @@ class AttachTarget:
     container_dir: str = ""  # where the run's stdio holder is recorded (stdio_holder.py)
     tty: bool = False
     stdin_once: bool = False
+    container_pids: Callable[[], list[int]] | None = None  # an image container's processes (its console)
 
 
 def fifo_path(container_dir: str) -> str:

@@ -37,7 +37,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+import tty
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import structlog
@@ -195,7 +196,9 @@ def replace_file(path: str, data: bytes) -> None:
 def monitor_launch(argv: Sequence[str], container: LaunchSpec) -> LaunchSpec:
     """The runtime's monitor with the container's stdio: `runc run` in the foreground copies its
     stdin (the container's FIFO) to the container's, or relays its terminal (this run's pty slave,
-    stdio_holder.py) to the console it creates for a `process.terminal` container."""
+    stdio_holder.py, made raw) to the console it creates for a `process.terminal` container."""
+    if container.terminal:
+        set_raw(container.terminal)
     return LaunchSpec(tuple(argv), dict(RUNTIME_ENV), stdin=container.stdin, stdin_once=container.stdin_once,
                       terminal=container.terminal)
 
@@ -310,8 +313,8 @@ def is_runtime_process(comm: str, exe: str) -> bool:
     return path.startswith("/memfd:") or os.path.basename(path) in RUNTIME_COMMS
 
 
-def container_process_running(pids: Sequence[int]) -> bool:
-    """One of `pids` is the container's own process: it has exec'd past the runtime's init."""
+def container_processes(pids: Sequence[int]) -> Iterator[int]:
+    """Those of `pids` that are the container's own processes (exec'd past the runtime's init)."""
     for pid in pids:
         try:
             with open(f"/proc/{pid}/comm") as f:
@@ -320,8 +323,37 @@ def container_process_running(pids: Sequence[int]) -> bool:
         except OSError:
             continue
         if not is_runtime_process(comm, exe):
-            return True
-    return False
+            yield pid
+
+
+def container_process_running(pids: Sequence[int]) -> bool:
+    """One of `pids` is the container's own process: it has exec'd past the runtime's init."""
+    return next(container_processes(pids), None) is not None
+
+
+def open_console(pids: Sequence[int]) -> int | None:
+    """A descriptor of a `process.terminal` container's console (the terminal the runtime made
+    for it, its first process's stdin), for its window size: runc relays SIGWINCH from its own
+    terminal to it, crun 1.8 does not. None when no process of it has a terminal as stdin."""
+    for pid in container_processes(pids):
+        try:
+            fd = os.open(f"/proc/{pid}/fd/0", os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if os.isatty(fd):
+            return fd
+        os.close(fd)
+    return None
+
+
+def set_raw(terminal: str) -> None:
+    """The monitor's terminal passes bytes through untouched (the container's console has the line
+    discipline: echo, ^C, CR/LF), as runc sets it itself; crun 1.8 leaves it cooked (echoing twice)."""
+    fd = os.open(terminal, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        tty.setraw(fd)
+    finally:
+        os.close(fd)
 
 
 class _Watchers:
