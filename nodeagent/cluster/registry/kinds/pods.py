@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import orjson
-
 from pydantic import BaseModel, ValidationError
 
 from nodeagent.cluster.registry import errors
