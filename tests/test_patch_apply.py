@@ -408,3 +408,32 @@ def test_managed_fields_of_one_empty_entry_clear_them_and_a_subresource_keeps_th
                                           "fieldsV1": {"f:data": {"f:a": {}}}}]
     out = update(obj, sent, CM, manager="M", api_version="v1", now=T[2], subresource="status")
     assert set(owners(out)) == {"A/Apply"}
+
+
+def test_creates_with_the_same_spec_share_its_field_set_and_record_what_a_fresh_walk_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.cluster.patch import typed
+    memo = typed._OneSidedMemo()
+    monkeypatch.setattr(typed, "_ONE_SIDED", memo)
+    spec = {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80}]}], "nodeSelector": {"a": "b"}}
+    made = [update(None, {**pod(), "metadata": {"name": f"p{i}", "labels": {"i": str(i)}}, "spec": copy.deepcopy(spec)},
+                   POD, manager="M", api_version="v1", now=T[1]) for i in range(3)]
+    assert [b for b in memo._sets if b.startswith(b'{"containers"')] != []  # the spec's set is remembered
+    node = typed.resolve(POD.field("spec"), spec)
+    assert typed._one_sided(made[0]["spec"], node, 1) is typed._one_sided(made[1]["spec"], node, 1)
+    monkeypatch.setattr(typed, "_one_sided", typed._walk_one_sided)  # no memo: every level walked
+    fresh = update(None, {**pod(), "metadata": {"name": "p2", "labels": {"i": "2"}}, "spec": copy.deepcopy(spec)},
+                   POD, manager="M", api_version="v1", now=T[1])
+    assert made[2]["metadata"]["managedFields"] == fresh["metadata"]["managedFields"]
+    assert 'k:{"containerPort":80,"protocol":"TCP"}' in \
+        owners(made[2])["M/Update"]["f:spec"]["f:containers"]['k:{"name":"c"}']["f:ports"]
+
+
+def test_the_field_set_memo_is_bounded_and_keeps_recent_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.cluster.patch import typed
+    memo = typed._OneSidedMemo()
+    monkeypatch.setattr(typed, "_ONE_SIDED", memo)
+    monkeypatch.setattr(typed._OneSidedMemo, "SIZE", 2)
+    for data in ({"a": "1"}, {"b": "1"}, {"a": "1"}, {"c": "1"}):
+        update(None, {**cm(), "data": data}, CM, manager="M", api_version="v1", now=T[1])
+    assert sorted(memo._sets) == [b'{"a":"1"}', b'{"c":"1"}']  # {"a"} was used again, {"b"} went; no metadata

@@ -382,3 +382,54 @@ def test_a_patch_reports_its_body_duplicates_first_then_the_patched_objects_unkn
     assert list(out.problems) == ['duplicate field "spec.paused"', 'unknown field "spec.aa"', 'unknown field "spec.zz"']
     yaml_body = decode_yaml("spec:\n  paused: true\n  paused: false\n")
     assert body_problems(yaml_body) == ['line 3: key "paused" already set in map']
+
+
+def _pod_json(name: str, spec: str) -> str:
+    return f'{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}"}}, "spec": {spec}}}'
+
+
+@pytest.fixture
+def clean_memo(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from nodeagent.cluster.schema import validation
+    memo = validation._CleanMemo()
+    monkeypatch.setattr(validation, "_CLEAN", memo)
+    return memo
+
+
+def test_a_spec_walked_clean_is_not_walked_again(clean_memo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.cluster.schema import validation
+    spec = '{"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": 80}]}]}'
+    first = validate_fields(kind(POD), decode_json(_pod_json("a", spec)))
+    assert len(clean_memo._clean) == 1
+    walked: list[str] = []
+    real = validation._Walker.walk
+
+    def walk(self: Any, schema: Schema, value: Any, upath: str, fpath: str, depth: int) -> Any:
+        walked.append(upath)
+        return real(self, schema, value, upath, fpath, depth)
+
+    monkeypatch.setattr(validation._Walker, "walk", walk)
+    second = validate_fields(kind(POD), decode_json(_pod_json("b", spec)))
+    assert not any(p.startswith("spec") for p in walked) and "metadata" in walked
+    assert second.value == {**first.value, "metadata": {"name": "b"}} and second.problems == second.errors == ()
+
+
+def test_the_same_spec_with_a_problem_in_its_text_still_reports_it(clean_memo: Any) -> None:
+    spec = '{"containers": [{"name": "c", "image": "busybox"}]}'
+    validate_fields(kind(POD), decode_json(_pod_json("a", spec)))
+    repeated = '{"containers": [{"name": "c", "image": "x", "image": "busybox"}]}'  # parses to the same value
+    out = validate_fields(kind(POD), decode_json(_pod_json("b", repeated)))
+    assert list(out.problems) == ['duplicate field "spec.containers[0].image"']
+    yaml = validate_fields(kind(POD), decode_yaml(
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: c}\nspec:\n  containers: [{name: c, image: busybox, x: 1}]\n"))
+    assert list(yaml.problems) == ['unknown field "spec.containers[0].x"']
+
+
+def test_specs_with_problems_errors_or_pruned_nulls_are_not_remembered(clean_memo: Any) -> None:
+    for spec in ('{"containers": [{"name": "c", "image": "busybox", "colour": "blue"}]}',
+                 '{"containers": [{"name": "c", "image": 5}]}',
+                 '{"containers": [{"name": "c", "image": "busybox"}], "hostname": null}'):
+        outs = [validate_fields(kind(POD), decode_json(_pod_json(n, spec))) for n in ("a", "b")]
+        assert outs[0].problems == outs[1].problems and [str(e) for e in outs[0].errors] == [str(e) for e in outs[1].errors]
+        assert outs[1].problems or outs[1].errors or "hostname" not in outs[1].value["spec"]
+    assert clean_memo._clean == {}

@@ -238,7 +238,13 @@ class FieldSet:
             out["."] = {}
         for pe in sorted({*self.members, *self.children}, key=PathElement.sort_key):
             child = self.children.get(pe)
-            out[pe.serialize()] = child._emit(pe in self.members) if child is not None else {}
+            if child is None:
+                out[pe.serialize()] = {}
+            elif child._v1 is not None:  # a set encoded before (a shared subtree: typed.py's memo)
+                below = orjson.loads(child._v1)
+                out[pe.serialize()] = {".": {}, **below} if pe in self.members else below
+            else:
+                out[pe.serialize()] = child._emit(pe in self.members)
         return out
 
     @classmethod

@@ -268,8 +268,43 @@ def _leaf(lhs: Any, rhs: Any) -> _Diff:
     return _NO_DIFF
 
 
+class _OneSidedMemo:
+    """_one_sided of top-level fields by their canonical JSON: every pod a ReplicaSet creates has
+    the same spec, whose field set (and its fieldsV1 text, kept in the set) is then computed once,
+    not on every create. Least recently used sets go first."""
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self._sets: dict[bytes, tuple[Node, FieldSet]] = {}
+
+    def get(self, value: dict[str, Any], node: Node, depth: int) -> FieldSet:
+        try:
+            key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what orjson cannot encode (an integer beyond 64 bits) is walked each time
+            return _walk_one_sided(value, node, depth)
+        hit = self._sets.pop(key, None)
+        if hit is None or hit[0] is not node:
+            hit = (node, _walk_one_sided(value, node, depth))
+            if len(self._sets) >= self.SIZE:
+                del self._sets[next(iter(self._sets))]
+        elif hit[1]._v1 is None:
+            hit[1].to_fields_v1()  # seen twice: encoded once, reused by every set that holds this one
+        self._sets[key] = hit
+        return hit[1]
+
+
+_ONE_SIDED = _OneSidedMemo()
+
+
 def _one_sided(value: Any, node: Node, depth: int) -> FieldSet:
     """Everything below a value the other side lacks: every path is a member."""
+    if depth == 1 and node.kind in (Kind.STRUCT, Kind.MAP) and value:
+        return _ONE_SIDED.get(value, node, depth)
+    return _walk_one_sided(value, node, depth)
+
+
+def _walk_one_sided(value: Any, node: Node, depth: int) -> FieldSet:
     if depth > MAX_DEPTH:
         raise TypedError((), f"nested deeper than {MAX_DEPTH} levels")
     if node.kind == Kind.LEAF or not value:
@@ -281,7 +316,9 @@ def _one_sided(value: Any, node: Node, depth: int) -> FieldSet:
             pe = PathElement.field(key)
             members.add(pe)
             if v and isinstance(v, dict | list):  # scalars and empty values have nothing below
-                below = _one_sided(v, resolve(child_schema(node, key), v), depth + 1)
+                child = resolve(child_schema(node, key), v)
+                # an object's metadata (its uid, its name) is never another's: not worth remembering
+                below = _walk_one_sided(v, child, depth + 1) if key == "metadata" else _one_sided(v, child, depth + 1)
                 if not below.empty:
                     children[pe] = below
         return FieldSet(frozenset(members), children)

@@ -275,7 +275,10 @@ class GenericStore:
 
     # ---- create ----------------------------------------------------------------------------------
     async def create(self, namespace: str | None, body: Any, ctx: Context) -> Obj:
-        obj = self._check_body(self._validated(body, ctx), namespace, None)
+        return await self._create_checked(self._check_body(self._validated(body, ctx), namespace, None), ctx)
+
+    async def _create_checked(self, obj: Obj, ctx: Context) -> Obj:
+        """create() of a body already through field validation and _check_body (its own copy)."""
         meta = obj["metadata"]
         generate = meta.get("generateName")
         generated = bool(not meta.get("name") and generate)
@@ -475,14 +478,9 @@ class GenericStore:
             if kv is None:
                 if not can_create or subresource:
                     raise self._not_found(name)
-                new = mutate(None)
-                body = json_copy(new)
+                body = mutate(None)  # validated and checked already, and a copy of its own (update, patch)
                 body["metadata"].pop("resourceVersion", None)
-                saved, ctx.field_validation = ctx.field_validation, "Ignore"  # checked once already
-                try:
-                    return await self.create(namespace, body, ctx), True
-                finally:
-                    ctx.field_validation = saved
+                return await self._create_checked(body, ctx), True
             old = self._decode(kv)
             if precondition and precondition != old["metadata"].get("resourceVersion"):
                 raise errors.stale(self.info.plural, self.info.group, name)

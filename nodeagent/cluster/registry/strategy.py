@@ -154,8 +154,10 @@ class Strategy:
                 new.pop("status", None)
 
     def prepare_for_status_update(self, new: Obj, old: Obj) -> Obj:
-        """A status update: everything but status (and labels/annotations/owners/finalizers) stays."""
-        out = json_copy(old)
+        """A status update: everything but status (and labels/annotations/owners/finalizers) stays.
+        The result shares the old object's other parts (spec: a pod's is most of it), which a
+        status update never changes; its top level and metadata are its own."""
+        out = {**old, "metadata": dict(old["metadata"])}
         if "status" in new:
             out["status"] = new["status"]
         else:

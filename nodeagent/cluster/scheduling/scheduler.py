@@ -175,8 +175,8 @@ class Scheduler:
         meta = cp.obj["metadata"]
 
         def mutate(old: Obj) -> Obj:
-            new = json_copy(old)
-            change(new.setdefault("status", {}))
+            new = {**old, "status": json_copy(old.get("status") or {})}  # only the status changes
+            change(new["status"])
             return new
 
         try:

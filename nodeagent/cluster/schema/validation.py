@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
+import orjson
+
 from nodeagent.cluster.schema.decode import MAX_DEPTH, Decoded
 from nodeagent.cluster.schema.model import Schema, Shape
 from nodeagent.core.errors import FieldError
@@ -232,6 +234,32 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+class _CleanMemo:
+    """Top-level fields (a pod's spec) that a walk found clean: no unknown, duplicate or invalid
+    field, nothing dropped, by their canonical JSON. A ReplicaSet's pods share one spec, which is
+    then walked once, not on every create. Least recently used values go first."""
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        self._clean: dict[bytes, Schema] = {}
+
+    def seen(self, schema: Schema, key: bytes) -> bool:
+        hit = self._clean.pop(key, None)
+        if hit is None:
+            return False
+        self._clean[key] = hit
+        return hit is schema
+
+    def add(self, schema: Schema, key: bytes) -> None:
+        if len(self._clean) >= self.SIZE:
+            del self._clean[next(iter(self._clean))]
+        self._clean[key] = schema
+
+
+_CLEAN = _CleanMemo()
+
+
 class _Walker:
     def __init__(self, decoded: Decoded | None, sorted_keys: bool, object_meta: Schema | None) -> None:
         self.decoded = decoded
@@ -239,6 +267,23 @@ class _Walker:
         self.object_meta = object_meta
         self.problems: list[str] = []
         self.errors: list[FieldError] = []
+        # the memo answers for a value, not for its text: usable when the text repeated no key, and
+        # when the walk keeps the document's key order (a sorted walk's output is ordered anew)
+        self.memo = not sorted_keys and (decoded is None or not decoded.dup_keys)
+
+    def _top_field(self, schema: Schema, value: dict[str, Any], upath: str, fpath: str) -> Any:
+        """walk() of a top-level field, or the value itself when the same value walked clean before."""
+        try:
+            key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what orjson cannot encode (an integer beyond 64 bits) is walked each time
+            return self.walk(schema, value, upath, fpath, 1)
+        if _CLEAN.seen(schema, key):
+            return value
+        problems, errors = len(self.problems), len(self.errors)
+        out = self.walk(schema, value, upath, fpath, 1)
+        if len(self.problems) == problems and len(self.errors) == errors and out == value:
+            _CLEAN.add(schema, key)
+        return out
 
     def _keys(self, obj: dict[str, Any]) -> list[str]:
         if self.decoded is not None and not self.sorted_keys:
@@ -299,6 +344,9 @@ class _Walker:
                 continue  # Go leaves the zero value, which is not written back
             if _plain_scalar(child, item):
                 out[key] = item
+                continue
+            if depth == 0 and self.memo and item and isinstance(item, dict) and key != "metadata":
+                out[key] = self._top_field(child, item, _join(upath, key), _join(fpath, key))
                 continue
             out[key] = self.walk(child, item, _join(upath, key), _join(fpath, key), depth + 1)
         return out

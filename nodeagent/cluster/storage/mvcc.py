@@ -151,7 +151,7 @@ class Mvcc:
         keyspace = self.keyspace
         if rev == self._revision:
             count = keyspace.count(lo, hi)
-            kvs = keyspace.first(lo, hi, limit)
+            kvs = keyspace.first(lo, hi, limit) if count else []  # admission lists empty kinds on every create
             return RangeResult(tuple(kvs), rev, len(kvs) < count, count)
         if not self._history.covers(rev):
             assert self._older is not None

@@ -22,7 +22,15 @@ from nodeagent.core.model.pod import (
     Toleration,
 )
 from nodeagent.core.model.probe import Probe
-from nodeagent.core.model.validation import checked_pod, default_requests, parse_pod, pod_errors
+from nodeagent.core.model.validation import (
+    checked_pod,
+    default_requests,
+    defaulted_spec,
+    metadata_errors,
+    parse_pod,
+    pod_errors,
+    spec_errors,
+)
 
 __all__ = [
     "BUILTIN_PRIORITY_CLASSES",
@@ -43,6 +51,9 @@ __all__ = [
     "Toleration",
     "checked_pod",
     "default_requests",
+    "defaulted_spec",
+    "metadata_errors",
     "parse_pod",
     "pod_errors",
+    "spec_errors",
 ]

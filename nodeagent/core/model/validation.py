@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from nodeagent.core.errors import FieldError, ValidationErrors, format_loc
 from nodeagent.core.model.env import env_from_errors, env_var_errors
 from nodeagent.core.model.lifecycle import lifecycle_errors
-from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Container, Pod, ResourceRequirements
+from nodeagent.core.model.pod import BUILTIN_PRIORITY_CLASSES, Container, Pod, PodSpec, ResourceRequirements
 from nodeagent.core.model.probe import probe_errors
 from nodeagent.core.model.volume import mount_errors, volume_errors
 from nodeagent.core.names import (
@@ -60,6 +60,11 @@ def checked_pod(pod: Pod) -> Pod:
 def default_requests(pod: Pod) -> Pod:
     """A limit without a request sets the request, per resource (Kubernetes defaulting), in
     app and init containers alike."""
+    return pod.model_copy(update={"spec": defaulted_spec(pod.spec)})
+
+
+def defaulted_spec(spec: PodSpec) -> PodSpec:
+    """default_requests for a spec alone (a spec shared by many pods is defaulted once)."""
 
     def defaulted(containers: list[Container]) -> list[Container]:
         out = []
@@ -71,30 +76,38 @@ def default_requests(pod: Pod) -> Pod:
             out.append(c)
         return out
 
-    update: dict[str, Any] = {"containers": defaulted(pod.spec.containers)}
-    if pod.spec.init_containers:
-        update["init_containers"] = defaulted(pod.spec.init_containers)
-    return pod.model_copy(update={"spec": pod.spec.model_copy(update=update)})
+    update: dict[str, Any] = {"containers": defaulted(spec.containers)}
+    if spec.init_containers:
+        update["init_containers"] = defaulted(spec.init_containers)
+    return spec.model_copy(update=update)
 
 
 def pod_errors(pod: Pod) -> list[FieldError]:
     """Checks pydantic cannot express per field: uniqueness, map keys, requests vs limits."""
+    return metadata_errors(pod) + spec_errors(pod.spec)
+
+
+def metadata_errors(pod: Pod) -> list[FieldError]:
+    """pod_errors of the metadata: label and annotation keys and values."""
+    return _map_errors("metadata.labels", pod.metadata.labels) + _annotation_errors(pod.metadata.annotations)
+
+
+def spec_errors(spec: PodSpec) -> list[FieldError]:
+    """pod_errors of the spec, which depend on nothing else (a spec shared by many pods is checked once)."""
     errs: list[FieldError] = []
-    errs += _map_errors("metadata.labels", pod.metadata.labels)
-    errs += _annotation_errors(pod.metadata.annotations)
     seen: set[str] = set()
-    grace = pod.spec.termination_grace_period_seconds
-    volumes, volume_errs = volume_errors(pod.spec.volumes)
+    grace = spec.termination_grace_period_seconds
+    volumes, volume_errs = volume_errors(spec.volumes)
     errs += volume_errs
-    for i, c in enumerate(pod.spec.containers):
+    for i, c in enumerate(spec.containers):
         if c.name in seen:
             errs.append(FieldError(f"spec.containers[{i}].name", f"Duplicate value: {quote(c.name)}"))
         seen.add(c.name)
         errs += _resource_errors(f"spec.containers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.containers[{i}]", c, grace, init=False)
-        errs += _resize_policy_never(f"spec.containers[{i}]", c, pod.spec.restart_policy)
+        errs += _resize_policy_never(f"spec.containers[{i}]", c, spec.restart_policy)
         errs += mount_errors(f"spec.containers[{i}]", c.volume_mounts, volumes)
-    for i, c in enumerate(pod.spec.init_containers):
+    for i, c in enumerate(spec.init_containers):
         # validateInitContainers: names are unique across init and app containers
         if c.name in seen:
             errs.append(FieldError(f"spec.initContainers[{i}].name", f"Duplicate value: {quote(c.name)}"))
@@ -102,19 +115,19 @@ def pod_errors(pod: Pod) -> list[FieldError]:
         errs += _resource_errors(f"spec.initContainers[{i}].resources", c.resources)
         errs += _container_errors(f"spec.initContainers[{i}]", c, grace, init=True)
         if c.is_sidecar:
-            errs += _resize_policy_never(f"spec.initContainers[{i}]", c, pod.spec.restart_policy)
+            errs += _resize_policy_never(f"spec.initContainers[{i}]", c, spec.restart_policy)
         errs += mount_errors(f"spec.initContainers[{i}]", c.volume_mounts, volumes)
-    errs += _map_errors("spec.nodeSelector", pod.spec.node_selector)
-    errs += _toleration_errors(pod)
-    builtin = BUILTIN_PRIORITY_CLASSES.get(pod.spec.priority_class_name or "")
-    if builtin is not None and pod.spec.priority != builtin:
+    errs += _map_errors("spec.nodeSelector", spec.node_selector)
+    errs += _toleration_errors(spec)
+    builtin = BUILTIN_PRIORITY_CLASSES.get(spec.priority_class_name or "")
+    if builtin is not None and spec.priority != builtin:
         errs.append(
             FieldError(
                 "spec.priority",
                 invalid(
-                    pod.spec.priority,
+                    spec.priority,
                     f"must be {builtin} (or omitted) for priorityClassName "
-                    f"{quote(pod.spec.priority_class_name)}",
+                    f"{quote(spec.priority_class_name)}",
                 ),
             )
         )
@@ -244,10 +257,10 @@ def _hugepage_size_errors(name: str) -> list[str]:
     return [] if size > _ZERO else ["hugepages size must be positive"]
 
 
-def _toleration_errors(pod: Pod) -> list[FieldError]:
+def _toleration_errors(spec: PodSpec) -> list[FieldError]:
     """Kubernetes' validateTolerations."""
     errs = []
-    for i, t in enumerate(pod.spec.tolerations):
+    for i, t in enumerate(spec.tolerations):
         path = f"spec.tolerations[{i}]"
         if t.key:
             if key_errs := qualified_name_errors(t.key):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import ValidationError
+import orjson
+from pydantic import BaseModel, ValidationError
 
 from nodeagent.cluster.registry import errors
 from nodeagent.cluster.registry.catalog import ResourceInfo, Subresource
@@ -22,7 +23,7 @@ from nodeagent.cluster.registry.podresize import resize_errors, resize_view
 from nodeagent.cluster.registry.strategy import Obj, Strategy, get_path
 from nodeagent.cluster.registry.table import AGE, NAME, Column, age
 from nodeagent.core.errors import FieldError, ValidationErrors
-from nodeagent.core.model import Pod, checked_pod, parse_pod
+from nodeagent.core.model import Pod, PodSpec, checked_pod, defaulted_spec, metadata_errors, parse_pod, spec_errors
 from nodeagent.core.names import invalid
 from nodeagent.core.qos import qos_class
 
@@ -31,16 +32,17 @@ PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 DEFAULT_GRACE = 30
 # what a pod update may change in spec (ValidatePodUpdate); everything else is immutable
 _MUTABLE_CONTAINER = ("image", "imagePullPolicy")  # the pull policy follows a new image's default
+M = TypeVar("M", bound=BaseModel)
 
 
-def _strip_unknown(manifest: Obj) -> tuple[Obj, Pod | None]:
-    """The manifest without the fields the model does not know (their fate is field validation's),
+def _stripped(model: type[M], manifest: Obj) -> tuple[Obj, M | None]:
+    """The manifest without the fields `model` does not know (their fate is field validation's),
     and the model built from it when it validated. The manifest is copied only when there is
     something to strip, so the common case costs one model_validate and no copy."""
     data = manifest
     for _ in range(4):
         try:
-            return data, Pod.model_validate(data, by_alias=True, by_name=False)
+            return data, model.model_validate(data, by_alias=True, by_name=False)
         except ValidationError as exc:
             extra = [e["loc"] for e in exc.errors(include_url=False) if e["type"] == "extra_forbidden"]
             if not extra:
@@ -56,6 +58,72 @@ def _strip_unknown(manifest: Obj) -> tuple[Obj, Pod | None]:
                 except (KeyError, IndexError, TypeError, AttributeError):
                     return data, None
     return data, None
+
+
+class _Spec:
+    """One distinct spec: its model, and its checks and defaults once asked for."""
+
+    __slots__ = ("defaulted", "errors", "model")
+
+    def __init__(self, model: PodSpec) -> None:
+        self.model = model
+        self.errors: list[FieldError] | None = None
+        self.defaulted: PodSpec | None = None
+
+    def checked(self, pod: Pod) -> Pod:
+        """checked_pod for a pod whose spec is this model: the spec's part is computed once."""
+        if self.errors is None:
+            self.errors = spec_errors(self.model)
+            self.defaulted = None if self.errors else defaulted_spec(self.model)
+        errs = metadata_errors(pod) + self.errors
+        if errs or self.defaulted is None:
+            raise ValidationErrors(errs)
+        return pod.model_copy(update={"spec": self.defaulted})
+
+
+class _SpecMemo:
+    """PodSpec models by the spec's canonical JSON: a ReplicaSet's pods share one spec, and a pod
+    is parsed twice (its create, then the scheduler's cache), so the model (frozen, so shareable),
+    its checks and its defaults are computed once per distinct spec, not per pod and per reader.
+    A spec the model refuses is not remembered: the caller parses the whole pod, whose errors
+    name the full field paths."""
+
+    SIZE = 512
+
+    def __init__(self) -> None:
+        self._specs: dict[bytes, _Spec] = {}
+
+    def get(self, spec: Any) -> _Spec | None:
+        if not isinstance(spec, dict):
+            return None
+        try:
+            key = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what orjson cannot encode (an integer beyond 64 bits): parsed the long way
+            return None
+        hit = self._specs.get(key)
+        if hit is None:
+            _, model = _stripped(PodSpec, spec)
+            if model is None:
+                return None
+            if len(self._specs) >= self.SIZE:
+                del self._specs[next(iter(self._specs))]  # the oldest spec goes
+            hit = self._specs[key] = _Spec(model)
+        return hit
+
+
+_SPECS = _SpecMemo()
+
+
+def _parsed(manifest: Obj) -> Pod:
+    """parse_pod of the manifest without the fields the model does not know; the spec's part
+    comes from the memo when a pod with the same spec was parsed. Raises ValidationErrors."""
+    spec = _SPECS.get(manifest.get("spec"))
+    if spec is not None:
+        _, pod = _stripped(Pod, {**manifest, "spec": spec.model})
+        if pod is not None:
+            return spec.checked(pod)
+    view, pod = _stripped(Pod, manifest)
+    return parse_pod(view) if pod is None else checked_pod(pod)
 
 
 class PodStrategy(Strategy):
@@ -102,19 +170,18 @@ class PodStrategy(Strategy):
         if self._last is not None and self._last[0] == key and self._last[1] is obj.get("spec"):
             return self._last[2]
         result: Pod | list[FieldError]
-        view, model = self._model_view(obj)
         try:
-            result = parse_pod(view) if model is None else checked_pod(model)
+            result = _parsed(self._model_view(obj))
         except ValidationErrors as e:
             result = [x for x in e.errors if not x.path.startswith("metadata.")]
         self._last = (key, obj.get("spec"), result)
         return result
 
     @staticmethod
-    def _model_view(obj: Obj) -> tuple[Obj, Pod | None]:
+    def _model_view(obj: Obj) -> Obj:
         meta = {k: v for k, v in (obj.get("metadata") or {}).items()
                 if k in ("name", "namespace", "uid", "labels", "annotations")}
-        return _strip_unknown({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": obj.get("spec")})
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": obj.get("spec")}
 
     def validate(self, obj: Obj) -> list[FieldError]:
         if not isinstance(obj.get("spec"), dict):
@@ -286,5 +353,4 @@ def pod_status_reason(pod: Mapping[str, Any]) -> str:
 def pod_model(obj: Mapping[str, Any]) -> Pod:
     """The core model of a stored pod (what the scheduler and admission compute with); fields the
     model does not know are left out. ValidationErrors for a pod no node could run."""
-    view, model = PodStrategy._model_view(dict(obj))
-    return parse_pod(view) if model is None else checked_pod(model)
+    return _parsed(PodStrategy._model_view(dict(obj)))
