@@ -18,11 +18,11 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from apiserver_bench import creates, rss_mib  # noqa: E402
+from apiserver_bench import creates, rss_mib
 
-from nodeagent.cluster.controlplane import ControlPlane  # noqa: E402
-from nodeagent.cluster.serverconfig import parse_server_config  # noqa: E402
-from nodeagent.daemonkit.heap import trim_malloc  # noqa: E402
+from nodeagent.cluster.controlplane import ControlPlane
+from nodeagent.cluster.serverconfig import parse_server_config
+from nodeagent.daemonkit.heap import trim_malloc
 
 
 async def main() -> None:
