@@ -210,6 +210,8 @@ async def main() -> None:
         p50, p99, size = await lists(url, 10, TABLE)
         print(f"LIST {args.pods} pods Table: p50 {p50:6.0f} ms  p99 {p99:6.0f} ms  ({size / 1e6:.1f} MB)")
         print(f"server RSS with {args.pods} pods: {rss_mib(proc.pid):6.0f} MiB    (target <= 300 MiB)")
+        await asyncio.sleep(2)
+        print(f"server RSS with {args.pods} pods, 2 s later: {rss_mib(proc.pid):6.0f} MiB")
         cpu = cpu_seconds(proc.pid)
         p50, p99, achieved = await watch_delivery(url, args.watchers, args.writes, args.rate)
         cpu = cpu_seconds(proc.pid) - cpu
