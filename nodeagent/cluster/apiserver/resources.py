@@ -350,9 +350,9 @@ def _direct_writer(request: web.Request, encoder: WatchEncoder) -> Callable[[Wat
             return False
         try:
             data = encoder.encode(item)
-        except Exception:  # noqa: BLE001 - the watcher's task meets it again, and answers it
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        except Exception:  # noqa: BLE001 - never the hub's: the watcher's task meets it again and answers it
             return False
-        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return True
 
     return write
