@@ -13,8 +13,9 @@ HTTP layer writes it to the socket from the hub's task, without waking the watch
 watcher that falls more than `max_queue` events behind is closed (the client re-watches), so one
 slow client holds no memory. Only the newest `HOT` changes of the ring keep their decoded objects
 and encodings; older ones keep the stored bytes and decode again for a watcher resuming that far
-back. With 10,000 pods a ring of decoded pods (~9 KB of Python objects each, against ~4 KB of bytes) was ~35 MiB of the
-server's RSS, nearly all of it versions nobody would read again (bench/README.md).
+back. With 10,000 pods a ring of decoded pods (~9 KB of Python objects each, against ~4 KB of
+bytes) was ~35 MiB of the server's RSS, nearly all of it versions nobody would read again
+(bench/README.md).
 """
 
 from __future__ import annotations
