@@ -9,7 +9,7 @@ from kube.fixtures import make_registry, pod
 
 from nodeagent.cluster.registry.errors import StatusError
 from nodeagent.cluster.registry.options import Context, DeleteOptions, ListOptions
-from nodeagent.cluster.registry.watch import Subscription, WatchItem
+from nodeagent.cluster.registry.watch import Subscription
 from nodeagent.core.selectors import parse_field_selector, parse_label_selector
 
 
@@ -190,38 +190,3 @@ async def test_bookmark_revision_follows_the_resource() -> None:
     await asyncio.sleep(0.05)
     assert start.subscription.bookmark_revision() == store.revision  # nothing for it, but it is up to date
 
-
-async def test_direct_delivery_keeps_the_order_when_a_watcher_falls_back_to_its_queue() -> None:
-    """While a watcher's queue is empty its events go straight out (`direct`); one it refuses (a
-    full socket) is queued, and so is every later one until the queue is drained."""
-    reg, _store, _ = await make_registry()
-    pods = reg.resource("", "v1", "pods")
-    start = await pods.watch("default", ListOptions(watch=True, resource_version=str(reg.store.revision)))
-    sub = start.subscription
-    written: list[str] = []
-    accept = True
-
-    def direct(item: WatchItem) -> bool:
-        if accept:
-            written.append(item.object["metadata"]["name"])
-        return accept
-
-    sub.direct = direct
-    other = await pods.watch("default", ListOptions(watch=True, resource_version=str(reg.store.revision)))
-    for name in ("a", "b"):
-        await pods.create("default", pod(name), Context())
-    await _drain(other.subscription, 2)  # the hub has offered both
-    assert written == ["a", "b"] and sub.queue.empty()
-    assert sub.bookmark_revision() == reg.store.revision
-    accept = False
-    await pods.create("default", pod("c"), Context())
-    await _drain(other.subscription, 1)
-    accept = True  # the socket drained, but "c" waits in the queue: "d" must follow it
-    await pods.create("default", pod("d"), Context())
-    await _drain(other.subscription, 1)
-    assert written == ["a", "b"]
-    assert [n for _, n, _ in await _drain(sub, 2)] == ["c", "d"]
-    await pods.create("default", pod("e"), Context())
-    await _drain(other.subscription, 1)
-    assert written == ["a", "b", "e"]
-    await reg.close()

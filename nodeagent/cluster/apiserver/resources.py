@@ -44,7 +44,6 @@ from nodeagent.cluster.registry.plugins import PATCH_CONTENT_TYPES
 from nodeagent.cluster.registry.registry import Registry
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.registry.table import IncludeObject
-from nodeagent.cluster.registry.watch import WatchItem
 from nodeagent.cluster.schema.decode import Decoded, DecodeError, decode
 from nodeagent.core.clock import Clock
 from nodeagent.core.errors import FieldError
@@ -55,7 +54,6 @@ log = structlog.get_logger(__name__)
 
 SubresourceHandler = Callable[[web.Request, GenericStore, RequestInfo, Context], Awaitable[web.StreamResponse]]
 MAX_FIELD_MANAGER = 128
-DIRECT_BUFFER = 64 * 1024  # bytes in a watcher's socket buffer beyond which its events queue (aiohttp's drain limit)
 BIG_LIST = 1000  # items from which a list's freed memory is handed back to the system after it
 DEFAULT_WATCH_TIMEOUT = (1800, 3600)  # kube-apiserver: min-request-timeout 1800 s, times a random [1, 2)
 
@@ -294,15 +292,12 @@ async def _watch(request: web.Request, gs: GenericStore, namespace: str | None,
                                                    "Cache-Control": "no-cache, private"})
     resp.enable_chunked_encoding()
     encoder = WatchEncoder(gs, output.table_version if output.table else None, include, settings.clock.wall)
-    direct: _DirectWriter | None = None
     try:
         await resp.prepare(request)
         if start.initial:
             await resp.write(b"".join(encoder.encode(item) for item in start.initial))
         if start.initial_end is not None:
             await resp.write(bookmark(gs, start.initial_end, initial_end=True))
-        await resp.write(b"")  # the headers, if nothing went yet: direct writes go after them
-        direct = sub.direct = _DirectWriter(request, encoder)
         next_bookmark = loop.time() + settings.bookmark_interval
         while True:
             now = loop.time()
@@ -313,12 +308,10 @@ async def _watch(request: web.Request, gs: GenericStore, namespace: str | None,
                 item = await sub.next(max(wait, 0.0))
             except StopAsyncIteration:
                 if sub.error is not None:
-                    direct.flush()
                     await resp.write(event_line("ERROR", sub.error.status))
                 break
             if item is None:
                 if opts.allow_bookmarks and loop.time() >= next_bookmark:
-                    direct.flush()
                     await resp.write(bookmark(gs, sub.bookmark_revision()))
                     next_bookmark = loop.time() + settings.bookmark_interval
                 continue
@@ -331,57 +324,14 @@ async def _watch(request: web.Request, gs: GenericStore, namespace: str | None,
                 chunk.append(encoder.encode(more))
                 if more.change is not None:
                     sub.last_revision = max(sub.last_revision, more.change.revision)
-            direct.flush()
             await resp.write(b"".join(chunk))
     except ConnectionResetError:
         return resp  # the client went (kubectl wait and get -w end so): nothing left to send or log
     finally:
         sub.close()
-        if direct is not None:
-            direct.flush()
     with contextlib.suppress(ConnectionResetError):  # it may go between the last event and the end
         await resp.write_eof()
     return resp
-
-
-class _DirectWriter:
-    """Writes watch events straight to the socket as HTTP chunks, from the hub's task: with 100
-    watchers at 500 writes/s, waking each watcher's task for each event (queue, timeout, the
-    response's writer) was most of the server's time. The chunks of one pass of the hub (the
-    events of a group commit) go out in one send at the loop's next turn: the send (loopback
-    TCP wakes the reader) was then the largest cost. Refuses (False) when the socket's buffer is
-    full (a slow client: the event is queued and the watcher's task waits for the drain) or
-    closing. The watcher's task flushes before each write of its own, so the order holds."""
-
-    def __init__(self, request: web.Request, encoder: WatchEncoder) -> None:
-        self.transport, self.encoder = request.transport, encoder
-        self.pending: list[bytes] = []
-        self.size = 0
-
-    def __call__(self, item: WatchItem) -> bool:
-        transport = self.transport
-        if transport is None or transport.is_closing() or \
-                transport.get_write_buffer_size() + self.size > DIRECT_BUFFER:
-            return False
-        try:
-            data = self.encoder.encode(item)
-        except Exception:  # noqa: BLE001 - never the hub's: the watcher's task meets it again and answers it
-            return False
-        if not self.pending:
-            asyncio.get_running_loop().call_soon(self.flush)
-        chunk = b"%x\r\n%b\r\n" % (len(data), data)
-        self.pending.append(chunk)
-        self.size += len(chunk)
-        return True
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        data = b"".join(self.pending)
-        self.pending.clear()
-        self.size = 0
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
 
 
 def json_response_line(line: bytes) -> web.Response:

@@ -1,20 +1,18 @@
 """Watch fan-out: one store watch per resource, each change decoded once for every watcher.
 
-A WatchHub follows `store.watch(prefix)` from the revision it started at and keeps a ring of
-recent changes, so a watcher resuming from any revision the ring still holds is served from
-memory; an older revision gets a watch of its own on the store (which answers Compacted, the
-API's 410 Expired, when it is too old). Each watcher has a filter (namespace, name, label and
-field selectors) applied to both sides of a change, as kube-apiserver's cacher does: an object
-leaving a watcher's selection is DELETED for it (its previous state at the new revision), one
-entering it is ADDED. A Change caches its encodings (`encoded`), so the HTTP layer serializes
-each event once per output format, not once per watcher; watchers with equal filters share the
-item made for a change, and a watcher whose queue is empty may take it at once (`direct`: the
-HTTP layer writes it to the socket from the hub's task, without waking the watcher's own). A
-watcher that falls more than `max_queue` events behind is closed (the client re-watches), so one
-slow client holds no memory. Only the newest `HOT` changes of the ring keep their decoded objects
-and encodings; older ones keep the stored bytes and decode again for a watcher resuming that far
-back. With 10,000 pods a ring of decoded pods (~9 KB of Python objects each, against ~4 KB of
-bytes) was ~35 MiB of the server's RSS, nearly all of it versions nobody would read again
+A WatchHub follows `store.watch(prefix)` from the revision it started at and keeps a ring of recent
+changes, so a watcher resuming from any revision the ring still holds is served from memory; an
+older revision gets a watch of its own on the store (which answers Compacted, the API's 410
+Expired, when it is too old). Each watcher has a filter (namespace, name, label and field
+selectors) applied to both sides of a change, as kube-apiserver's cacher does: an object leaving a
+watcher's selection is DELETED for it (its previous state at the new revision), one entering it is
+ADDED. A Change caches its encodings (`encoded`), so the HTTP layer serializes each event once per
+output format, not once per watcher, and watchers with equal filters share the item made for a
+change. A watcher that falls more than `max_queue` events behind is closed (the client re-watches),
+so one slow client holds no memory. Only the newest `HOT` changes of the ring keep their decoded
+objects and encodings; older ones keep the stored bytes and decode again for a watcher resuming
+that far back. With 10,000 pods a ring of decoded pods (~9 KB of Python objects each, against ~4 KB
+of bytes) was ~35 MiB of the server's RSS, nearly all of it versions nobody would read again
 (bench/README.md).
 """
 
@@ -149,9 +147,6 @@ class Subscription:
     error: errors.StatusError | None = None
     on_close: Callable[[Subscription], None] | None = None
     progress: Callable[[], int] | None = None  # the source's latest processed revision
-    # Delivers an item at once (the HTTP layer writes it to the socket) or says no (False): then it
-    # is queued. Tried only while the queue is empty, so the order holds.
-    direct: Callable[[WatchItem], bool] | None = None
 
     def offer(self, change: Change, shared: dict[WatchFilter, WatchItem | None] | None = None) -> None:
         """Queue what `change` is for this watcher; `shared` holds the items already made for this
@@ -166,9 +161,6 @@ class Subscription:
         else:
             item = shared[flt] = flt.item(change)
         if item is None:
-            return
-        if self.direct is not None and self.queue.empty() and self.direct(item):
-            self.last_revision = max(self.last_revision, change.revision)
             return
         if self.queue.qsize() >= self.max_queue:
             log.warning("watch_overflow", prefix=self.filter.key_prefix, queued=self.queue.qsize())
