@@ -189,3 +189,4 @@ async def test_bookmark_revision_follows_the_resource() -> None:
     await pods.create("default", pod("a"), Context())
     await asyncio.sleep(0.05)
     assert start.subscription.bookmark_revision() == store.revision  # nothing for it, but it is up to date
+

@@ -23,8 +23,10 @@ def _run(args: argparse.Namespace) -> int:
     credential handed to a log call (the debug request log's bodies, a mistake) never reach the log."""
     from nodeagent.cluster.auth.redact import redact_processor
     from nodeagent.cluster.controlplane import ControlPlane
-    from nodeagent.daemonkit.heap import freeze_startup_heap
+    from nodeagent.daemonkit.heap import cap_malloc_arenas, fix_mmap_threshold, freeze_startup_heap
 
+    cap_malloc_arenas()  # before any thread allocates: every arena keeps freed memory of its own
+    fix_mmap_threshold()  # a LIST's body and items go back to the system when freed (bench/README.md)
     config = _load(args.config)
     if config is None:
         return 1

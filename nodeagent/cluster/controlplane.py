@@ -106,6 +106,7 @@ class ControlPlane:
         self.controllers: ControllerManager | None = None
         self.root_ca: str | None = None  # the CA bundle verifying the serving certificate, when the server made it
         self._stop = asyncio.Event()
+        self._feeds: Feeds | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -126,6 +127,7 @@ class ControlPlane:
         pod_log: AgentProxy | None = None
         external: PrometheusSource | None = None
         tasks = GuardedTasks("server")
+        self._feeds = Feeds(tasks)
         tasks.start(Compactor(store, self.config.compaction_interval, self.clock).run(), name="compactor",
                     forever=True)
         try:
@@ -188,6 +190,10 @@ class ControlPlane:
                 await external.close()
             await store.close()
 
+    async def _follow(self, gs: GenericStore, apply: Callable[[str, dict[str, Any]], None]) -> None:
+        assert self._feeds is not None  # made by run()
+        await self._feeds.follow(gs, apply)
+
     async def _admission(self, registry: Registry, extra: list[Admitter], tasks: GuardedTasks,
                          first: list[Admitter]) -> None:
         """The admission chain (cluster/admitters) and the quota status writer, fed by pods and quotas."""
@@ -195,9 +201,7 @@ class ControlPlane:
         registry.plugins.admitter = chain
         status = QuotaStatus(chain.quota.ledger)
         for plural in ("pods", "resourcequotas"):
-            feed = Feed(registry.resource("", "v1", plural), status.observe)
-            await feed.relist()
-            tasks.start(feed.run(), name=f"quota-feed:{plural}", forever=True)
+            await self._follow(registry.resource("", "v1", plural), status.observe)
         tasks.start(status.run(), name="quota-status", forever=True)
 
     async def _scheduler(self, registry: Registry, tasks: GuardedTasks) -> EventRecorder:
@@ -209,9 +213,7 @@ class ControlPlane:
         self.scheduler = Scheduler(pods, cache, recorder, self.clock)
         for gs, apply in ((registry.resource("", "v1", "nodes"), cache.apply_node), (pods, cache.apply_pod),
                           (registry.resource("policy", "v1", "poddisruptionbudgets"), cache.apply_pdb)):
-            feed = Feed(gs, apply)
-            await feed.relist()
-            tasks.start(feed.run(), name=f"scheduler-feed:{gs.info.plural}", forever=True)
+            await self._follow(gs, apply)
         tasks.start(self.scheduler.run(), name="scheduler", forever=True)
         return recorder
 
@@ -237,9 +239,7 @@ class ControlPlane:
                                                        external_metrics=external,
                                                        vpa=vpa_settings(self.config), root_ca=self.root_ca)
         for (api_version, kind), informer in manager.informers.items():
-            feed = Feed(client.store(api_version, kind), informer.apply)
-            await feed.relist()
-            tasks.start(feed.run(), name=f"controller-feed:{kind}", forever=True)
+            await self._follow(client.store(api_version, kind), informer.apply)
         tasks.start(manager.run(), name="controller-manager", forever=True)
 
     async def _security(self, registry: Registry, tasks: GuardedTasks) -> tuple[Security, ssl.SSLContext]:
@@ -266,18 +266,16 @@ class ControlPlane:
             for obj in objects:
                 with contextlib.suppress(StatusError):  # already there (409): the stored one stays
                     await gs.create(None, obj, ctx)
-        feeds: list[tuple[GenericStore, Callable[[str, dict[str, Any]], None]]] = []
+        follow: list[tuple[GenericStore, Callable[[str, dict[str, Any]], None]]] = []
         if security.rbac is not None:
             for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
-                feeds.append((registry.resource("rbac.authorization.k8s.io", "v1", plural), security.rbac.apply))
+                follow.append((registry.resource("rbac.authorization.k8s.io", "v1", plural), security.rbac.apply))
         if security.graph is not None:
-            feeds.append((registry.resource("", "v1", "pods"), security.graph.apply))
+            follow.append((registry.resource("", "v1", "pods"), security.graph.apply))
         for plural in ("serviceaccounts", "pods"):  # the token verifier's revocation look-ups
-            feeds.append((registry.resource("", "v1", plural), self.tokens.index.apply))
-        for gs, apply in feeds:
-            feed = Feed(gs, apply)
-            await feed.relist()
-            tasks.start(feed.run(), name=f"feed:{gs.info.plural}", forever=True)
+            follow.append((registry.resource("", "v1", plural), self.tokens.index.apply))
+        for gs, apply in follow:
+            await self._follow(gs, apply)
         log.info("security_on", modes=",".join(sec_config.authorization_mode), tls_dir=str(self.config.tls_dir),
                  token_file=bool(sec_config.token_auth_file))
         return security, tls
@@ -305,13 +303,27 @@ def vpa_settings(config: ServerConfig) -> VerticalSettings:
 
 
 class Feed:
-    """Keep an index current from one resource's watch, as an informer does: list, then watch; when
-    the watch closes, list again and tell the index about objects that went meanwhile."""
+    """Keep indexes current from one resource's watch, as a shared informer does: list, then watch;
+    when the watch closes, list again and tell the indexes about objects that went meanwhile.
 
-    def __init__(self, gs: GenericStore, apply: Callable[[str, dict[str, Any]], None]) -> None:
-        self.gs, self.apply = gs, apply
+    One feed per resource serves every in-process index of it (the scheduler's cache, the quota
+    status, the controllers' informers, the token and node-authorizer indexes): one watch, one
+    decoded object per version for all of them. Their objects leave out metadata.managedFields, as
+    kube-scheduler's and kube-controller-manager's informers do (TransformStripManagedFields): no
+    index reads them, and an update sent without them keeps the stored ones; with 10,000 pods they
+    were more than half of each cached pod (bench/README.md, "The API server's memory")."""
+
+    def __init__(self, gs: GenericStore, apply: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.gs = gs
+        self.appliers: list[Callable[[str, dict[str, Any]], None]] = [apply] if apply is not None else []
         self.known: dict[tuple[str, str], dict[str, Any]] = {}
         self.sub: Subscription | None = None
+
+    def add(self, apply: Callable[[str, dict[str, Any]], None]) -> None:
+        """Feed one more index: every object known now as ADDED, then every change."""
+        for obj in self.known.values():
+            apply("ADDED", obj)
+        self.appliers.append(apply)
 
     @staticmethod
     def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -323,14 +335,18 @@ class Feed:
             self.known.pop(self._key(obj), None)
         else:
             self.known[self._key(obj)] = obj
-        self.apply(event_type, obj)
+        for apply in self.appliers:
+            apply(event_type, obj)
 
     async def relist(self) -> None:
         start = await self.gs.watch(None, ListOptions(watch=True))
         present = {self._key(i.object) for i in start.initial}
         for key in [k for k in self.known if k not in present]:
             self._one("DELETED", self.known[key])
-        for item in start.initial:
+        for item in start.initial:  # decoded for this list alone: trimmed in place
+            meta = item.object.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)
             self._one("MODIFIED" if self._key(item.object) in self.known else "ADDED", item.object)
         self.sub = start.subscription
 
@@ -341,10 +357,36 @@ class Feed:
                 while True:
                     item = await self.sub.next(None)
                     if item is not None:
-                        self._one(item.type, item.object)
+                        self._one(item.type, without_managed_fields(item.object))
             except StopAsyncIteration:
                 log.info("index_feed_relist", resource=self.gs.info.plural)
             await self.relist()
+
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    """A shallow copy without metadata.managedFields (the watch's object is shared with its HTTP watchers)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+class Feeds:
+    """The control plane's feeds, one per resource, started on first use."""
+
+    def __init__(self, tasks: GuardedTasks) -> None:
+        self.tasks = tasks
+        self.feeds: dict[GenericStore, Feed] = {}
+
+    async def follow(self, gs: GenericStore, apply: Callable[[str, dict[str, Any]], None]) -> None:
+        """Keep `apply`'s index current, listed before this returns (WaitForCacheSync)."""
+        feed = self.feeds.get(gs)
+        if feed is not None:
+            feed.add(apply)
+            return
+        feed = self.feeds[gs] = Feed(gs, apply)
+        await feed.relist()
+        self.tasks.start(feed.run(), name=f"feed:{gs.info.group or 'core'}/{gs.info.plural}", forever=True)
 
 
 class RegistryClient:

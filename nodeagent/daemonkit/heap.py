@@ -20,6 +20,7 @@ Elsewhere than glibc both do nothing.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import gc
 
@@ -31,7 +32,8 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
-M_ARENA_MAX = -8  # mallopt parameter, glibc's malloc.h
+M_ARENA_MAX = -8  # mallopt parameters, glibc's malloc.h
+M_MMAP_THRESHOLD = -3
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -53,3 +55,31 @@ def trim_malloc() -> bool:
     libc = _libc()
     trim = getattr(libc, "malloc_trim", None)
     return bool(trim is not None and trim(0) == 1)
+
+
+def fix_mmap_threshold(size: int = 256 * 1024) -> bool:
+    """Serve every allocation of `size` bytes or more with its own mapping, returned to the system
+    when freed. glibc raises the threshold after each such block is freed (up to 32 MiB), so later
+    big buffers (a LIST's 20 MB body, its items) come from the heap and stay in the RSS after
+    they are freed; fixing it stops that. False where that is not glibc."""
+    libc = _libc()
+    mallopt = getattr(libc, "mallopt", None)
+    return bool(mallopt is not None and mallopt(M_MMAP_THRESHOLD, size) == 1)
+
+
+_trim_pending: set[asyncio.AbstractEventLoop] = set()
+
+
+def trim_malloc_soon(delay: float = 1.0) -> None:
+    """trim_malloc() once, `delay` seconds from now, however often asked meanwhile: after a big
+    response is sent, what building it freed goes back to the system (one trim per burst)."""
+    loop = asyncio.get_running_loop()
+    if loop in _trim_pending:
+        return
+    _trim_pending.add(loop)
+
+    def run() -> None:
+        _trim_pending.discard(loop)
+        trim_malloc()
+
+    loop.call_later(delay, run)

@@ -62,6 +62,24 @@ def table_object(gs: GenericStore, objs: Sequence[dict[str, Any]], resource_vers
     return out
 
 
+def table_row_bytes(gs: GenericStore, obj: dict[str, Any], now_wall: float, include: IncludeObject) -> bytes:
+    """One row of a listed Table, encoded at once (GenericStore.list_as): the object is dropped
+    right after, so a Table of 10,000 pods never holds 10,000 decoded pods (~110 MB of small
+    objects, whose freed memory stayed in the server's RSS)."""
+    return orjson.dumps(row(obj, gs.strategy.cells(obj, now_wall), include))
+
+
+def table_list(gs: GenericStore, rows: Sequence[bytes], resource_version: str, version: str = "v1", *,
+               continue_token: str = "", remaining: int | None = None) -> bytes:
+    """table_object's JSON, from rows already encoded (table_row_bytes), in one join."""
+    out = table(gs.strategy.columns, [], resource_version, continue_token, remaining)
+    if version != "v1":
+        out["apiVersion"] = f"meta.k8s.io/{version}"
+    head = orjson.dumps(out)
+    assert head.endswith(b'"rows":[]}')
+    return head[:-2] + b",".join(rows) + b"]}"
+
+
 def event_line(event_type: str, obj: Any) -> bytes:
     return b'{"type":"' + event_type.encode() + b'","object":' + orjson.dumps(obj) + b"}\n"
 

@@ -28,7 +28,9 @@ from nodeagent.cluster.apiserver.encoding import (
     json_response,
     list_object,
     raw_list,
+    table_list,
     table_object,
+    table_row_bytes,
 )
 from nodeagent.cluster.apiserver.negotiation import Output, body_type, choose_output
 from nodeagent.cluster.apiserver.requestinfo import RequestInfo
@@ -46,11 +48,13 @@ from nodeagent.cluster.schema.decode import Decoded, DecodeError, decode
 from nodeagent.core.clock import Clock
 from nodeagent.core.errors import FieldError
 from nodeagent.core.selectors import SelectorError, parse_field_selector, parse_label_selector
+from nodeagent.daemonkit.heap import trim_malloc_soon
 
 log = structlog.get_logger(__name__)
 
 SubresourceHandler = Callable[[web.Request, GenericStore, RequestInfo, Context], Awaitable[web.StreamResponse]]
 MAX_FIELD_MANAGER = 128
+BIG_LIST = 1000  # items from which a list's freed memory is handed back to the system after it
 DEFAULT_WATCH_TIMEOUT = (1800, 3600)  # kube-apiserver: min-request-timeout 1800 s, times a random [1, 2)
 
 
@@ -250,13 +254,21 @@ async def _list(request: web.Request, gs: GenericStore, namespace: str | None, s
     opts = list_options(request.query, watch=False)
     if not output.table and not opts.filtered and gs.raw_lists:
         items, meta = await gs.list_raw(namespace, opts)
+        if len(items) >= BIG_LIST:
+            trim_malloc_soon()
         return web.Response(body=raw_list(gs, meta, items), headers={"Content-Type": "application/json"})
-    result = await gs.list(namespace, opts)
     if output.table:
         include = include_object(request.query, output)
-        return json_response(table_object(gs, result.items, str(result.revision), settings.clock.wall(), include,
-                                          output.table_version, continue_token=result.continue_token,
-                                          remaining=result.remaining))
+        now = settings.clock.wall()
+        rows, meta = await gs.list_as(namespace, opts, lambda obj: table_row_bytes(gs, obj, now, include))
+        if len(rows) >= BIG_LIST:  # once the response is sent, what making it freed goes back to the system
+            trim_malloc_soon()
+        body = table_list(gs, rows, str(meta.revision), output.table_version,
+                          continue_token=meta.continue_token, remaining=meta.remaining)
+        return web.Response(body=body, headers={"Content-Type": "application/json"})
+    result = await gs.list(namespace, opts)
+    if len(result.items) >= BIG_LIST:
+        trim_malloc_soon()
     return json_response(list_object(gs, result))
 
 

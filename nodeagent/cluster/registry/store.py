@@ -19,7 +19,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -80,6 +80,11 @@ LIST_CHUNK = 500
 
 OMIT_EMPTY_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields", "generateName")
 NamespaceCheck = Callable[[str, Context], Awaitable[None]]
+T = TypeVar("T")
+
+
+def _same(obj: Obj) -> Obj:
+    return obj
 
 
 @dataclass(frozen=True)
@@ -356,6 +361,13 @@ class GenericStore:
         return 0
 
     async def list(self, namespace: str | None, opts: ListOptions) -> ListResult:
+        items, result = await self.list_as(namespace, opts, _same)
+        return ListResult(items, result.revision, result.continue_token, result.remaining)
+
+    async def list_as(self, namespace: str | None, opts: ListOptions, convert: Callable[[Obj], T]
+                      ) -> tuple[builtins.list[T], ListResult]:
+        """list() with each item converted as soon as it is decoded (a Table row's bytes): the
+        decoded objects of a big list never pile up. The ListResult carries no items."""
         validate_list_options(opts)
         self.check_fields(opts)
         prefix = self.prefix(namespace)
@@ -369,8 +381,9 @@ class GenericStore:
             revision = self._list_revision(opts)
         name = opts.field.value_of("metadata.name")
         if name is not None and not start and (namespace or not self.info.namespaced):
-            return await self._list_one(namespace, name, opts, revision)
-        items: list[Obj] = []
+            one = await self._list_one(namespace, name, opts, revision)
+            return [convert(o) for o in one.items], ListResult([], one.revision)
+        items: builtins.list[T] = []
         limit = opts.limit if opts.limit > 0 else 0
         while True:
             chunk = 0 if not limit else (LIST_CHUNK if opts.filtered else limit - len(items))
@@ -385,16 +398,16 @@ class GenericStore:
                 obj = self._decode(kv)
                 if not self.matches(obj, opts):
                     continue
-                items.append(obj)
+                items.append(convert(obj))
                 if limit and len(items) >= limit:
                     if i == len(res.kvs) - 1 and not res.more:
-                        return ListResult(items, revision)
+                        return items, ListResult([], revision)
                     # count is every key of the range read (from start_key on): what this page left
                     remaining = None if opts.filtered else res.count - (i + 1)
                     token = encode_continue(revision, kv.key[len(prefix):] + "\x00")
-                    return ListResult(items, revision, token, remaining)
+                    return items, ListResult([], revision, token, remaining)
             if not limit or not res.more or not res.kvs:
-                return ListResult(items, revision)
+                return items, ListResult([], revision)
             start = res.kvs[-1].key + "\x00"
 
     @property

@@ -1,18 +1,19 @@
 """Watch fan-out: one store watch per resource, each change decoded once for every watcher.
 
-A WatchHub follows `store.watch(prefix)` from the revision it started at and keeps a ring of
-recent changes, so a watcher resuming from any revision the ring still holds is served from
-memory; an older revision gets a watch of its own on the store (which answers Compacted, the
-API's 410 Expired, when it is too old). Each watcher has a filter (namespace, name, label and
-field selectors) applied to both sides of a change, as kube-apiserver's cacher does: an object
-leaving a watcher's selection is DELETED for it (its previous state at the new revision), one
-entering it is ADDED. A Change caches its encodings (`encoded`), so the HTTP layer serializes
-each event once per output format, not once per watcher. A watcher that falls more than
-`max_queue` events behind is closed (the client re-watches), so one slow client holds no memory.
-Only the newest `HOT` changes of the ring keep their decoded objects and encodings; older ones
-keep the stored bytes and decode again for a watcher resuming that far back. With 10,000 pods a
-ring of decoded pods (~9 KB of Python objects each, against ~4 KB of bytes) was ~35 MiB of the
-server's RSS, nearly all of it versions nobody would read again (bench/README.md).
+A WatchHub follows `store.watch(prefix)` from the revision it started at and keeps a ring of recent
+changes, so a watcher resuming from any revision the ring still holds is served from memory; an
+older revision gets a watch of its own on the store (which answers Compacted, the API's 410
+Expired, when it is too old). Each watcher has a filter (namespace, name, label and field
+selectors) applied to both sides of a change, as kube-apiserver's cacher does: an object leaving a
+watcher's selection is DELETED for it (its previous state at the new revision), one entering it is
+ADDED. A Change caches its encodings (`encoded`), so the HTTP layer serializes each event once per
+output format, not once per watcher, and watchers with equal filters share the item made for a
+change. A watcher that falls more than `max_queue` events behind is closed (the client re-watches),
+so one slow client holds no memory. Only the newest `HOT` changes of the ring keep their decoded
+objects and encodings; older ones keep the stored bytes and decode again for a watcher resuming
+that far back. With 10,000 pods a ring of decoded pods (~9 KB of Python objects each, against ~4 KB
+of bytes) was ~35 MiB of the server's RSS, nearly all of it versions nobody would read again
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -147,10 +148,18 @@ class Subscription:
     on_close: Callable[[Subscription], None] | None = None
     progress: Callable[[], int] | None = None  # the source's latest processed revision
 
-    def offer(self, change: Change) -> None:
+    def offer(self, change: Change, shared: dict[WatchFilter, WatchItem | None] | None = None) -> None:
+        """Queue what `change` is for this watcher; `shared` holds the items already made for this
+        change by filter, so watchers with equal filters (no predicate) share one."""
         if self.closed or change.revision <= self.after:
             return
-        item = self.filter.item(change)
+        flt = self.filter
+        if shared is None or flt.predicate is not None:
+            item = flt.item(change)
+        elif flt in shared:
+            item = shared[flt]
+        else:
+            item = shared[flt] = flt.item(change)
         if item is None:
             return
         if self.queue.qsize() >= self.max_queue:
@@ -176,11 +185,14 @@ class Subscription:
 
     async def next(self, wait: float | None) -> WatchItem | None:
         """The next item; None when `wait` seconds passed first; StopAsyncIteration once closed."""
-        try:
-            async with asyncio.timeout(wait):
-                item = await self.queue.get()
-        except TimeoutError:
-            return None
+        if not self.queue.empty():  # no timer to arm and cancel
+            item = self.queue.get_nowait()
+        else:
+            try:
+                async with asyncio.timeout(wait):
+                    item = await self.queue.get()
+            except TimeoutError:
+                return None
         if item is None:
             self.queue.put_nowait(None)  # stay closed for later calls
             raise StopAsyncIteration
@@ -230,8 +242,9 @@ class WatchHub:
                     ring[-self.hot].release()  # it leaves the hot end
                 ring.append(change)
                 self.last = change.revision
+                shared: dict[WatchFilter, WatchItem | None] = {}
                 for sub in list(self.subs):
-                    sub.offer(change)
+                    sub.offer(change, shared)
         except StoreError as e:
             log.warning("watch_hub_failed", prefix=self.prefix, error=str(e))
             for sub in list(self.subs):

@@ -103,7 +103,6 @@ class PodInfo:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     preemption_policy: str = PREEMPT_LOWER_PRIORITY
     critical: bool = False
-    pod: Pod | None = None
     required_affinity: tuple[nodeaffinity.Term, ...] | None = None  # nodeSelectorTerms, ORed
     preferred_affinity: tuple[tuple[int, nodeaffinity.Term], ...] = ()
     placement: podspread.Placement | None = None  # labels, topology spread, pod anti-affinity
@@ -156,7 +155,7 @@ class PodInfo:
                    nonzero_memory=nz_mem, tolerations=tuple(pod.spec.tolerations),
                    node_selector=dict(pod.spec.node_selector),
                    preemption_policy=preemption_policy,
-                   critical=is_critical(pod) or prio >= SYSTEM_CRITICAL_PRIORITY, pod=pod,
+                   critical=is_critical(pod) or prio >= SYSTEM_CRITICAL_PRIORITY,
                    required_affinity=nodeaffinity.required_terms(spec),
                    preferred_affinity=nodeaffinity.preferred_terms(spec),
                    placement=None if obj is None else podspread.placement_of(obj))
