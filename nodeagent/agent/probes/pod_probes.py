@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.agent.probes.exec_probe import ExecTarget, exec_probe
-from nodeagent.agent.probes.grpc_probe import grpc_probe
 from nodeagent.agent.probes.http_probe import HttpProber, probe_url, request_headers
 from nodeagent.agent.probes.readiness import (
     Condition,
@@ -111,6 +110,9 @@ def make_executor(probe: Probe, container: Container, ctx: ProbeContext) -> Exec
         return run_tcp
     assert probe.grpc is not None
     service = probe.grpc.service
+    # imported for the first gRPC probe only: h2, hpack and hyperframe are ~2 MiB of resident
+    # memory that an agent without gRPC probes does not carry
+    from nodeagent.agent.probes.grpc_probe import grpc_probe
 
     async def run_grpc(timeout_seconds: float) -> ProbeOutcome:
         return await grpc_probe(ctx.pod_ip, port, service, timeout_seconds)
