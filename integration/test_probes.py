@@ -12,6 +12,7 @@ dependency) and listeners that are not gRPC. Runs on whichever cgroup version th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -29,7 +30,7 @@ from nodeagent.agent.probes.exec_probe import ExecTarget, exec_probe, run_in_con
 from nodeagent.agent.probes.grpc_probe import grpc_probe
 from nodeagent.agent.probes.http_probe import HttpProber, probe_url, request_headers
 from nodeagent.agent.probes.results import Verdict
-from nodeagent.agent.probes.tcp_probe import tcp_probe
+from nodeagent.agent.probes.tcp_probe import dial_literal, tcp_probe
 from nodeagent.agent.runtime.cgroup_handle import DriverCgroup
 from nodeagent.core.clock import SystemClock
 from nodeagent.core.model import parse_pod
@@ -253,6 +254,37 @@ async def test_tcp_probe_open_and_closed_ports() -> None:
     closed = free_port()
     refused = await tcp_probe("127.0.0.1", closed, 1.0)
     assert (refused.verdict, refused.output) == (Verdict.FAILURE, f"dial tcp 127.0.0.1:{closed}: connect: connection refused")
+
+
+async def test_tcp_probe_whose_handshake_is_in_flight() -> None:
+    """On loopback connect(2) answers at once; a SYN the listener drops (its accept queue is full)
+    leaves the connect in flight: it is then looked at on the grid until it times out, or until
+    the kernel's retry (1 s later) gets in once the queue has room."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [dial_literal("127.0.0.1", port)[0] for _ in range(2)]  # the second one waits in SYN_SENT
+        try:
+            t0 = time.monotonic()
+            late = await tcp_probe("127.0.0.1", port, 0.3)
+            assert (late.verdict, late.output) == (Verdict.FAILURE, f"dial tcp 127.0.0.1:{port}: i/o timeout")
+            assert 0.3 <= time.monotonic() - t0 < 1.0
+
+            async def make_room() -> None:  # before the probe's SYN is sent again
+                await asyncio.sleep(0.2)
+                for f in fillers:  # the one in SYN_SENT would otherwise take the room at its own retry
+                    f.close()
+                listener.setblocking(False)
+                for _ in fillers:
+                    with contextlib.suppress(BlockingIOError):
+                        listener.accept()[0].close()
+
+            retried, _ = await asyncio.gather(tcp_probe("127.0.0.1", port, 3.0), make_room())
+            assert retried.verdict is Verdict.SUCCESS
+        finally:
+            for f in fillers:
+                f.close()
 
 
 # ---- grpc ----

@@ -5,6 +5,8 @@ The executors here are scripted; the real ones are exercised in integration/test
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -292,6 +294,24 @@ async def test_a_port_that_cannot_be_resolved_is_an_attempt_that_could_not_run(p
     execute: Callable[[float], Any] = make_executor(p, c, ProbeContext(HttpProber(), exec_target=lambda n: None))
     outcome = await execute(1.0)
     assert outcome.verdict.value == "unknown" and outcome.output == message
+
+
+def test_the_grpc_client_is_imported_by_the_first_grpc_probe_only() -> None:
+    """h2, hpack and hyperframe (~1 MiB resident after import) stay out of an agent without gRPC
+    probes; making a gRPC probe's executor brings them in."""
+    code = ("import sys, nodeagent.cli.main, nodeagent.agent.daemon\n"
+            "from nodeagent.agent.probes.http_probe import HttpProber\n"
+            "from nodeagent.agent.probes.pod_probes import ProbeContext, make_executor\n"
+            "from nodeagent.core.model import Probe, parse_pod\n"
+            "def h2(): return sorted(m for m in sys.modules if m.split('.')[0] in ('h2', 'hpack', 'hyperframe'))\n"
+            "print(h2())\n"
+            "c = parse_pod({'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': 'p'},"
+            " 'spec': {'containers': [{'name': 'c', 'command': ['x']}]}}).spec.containers[0]\n"
+            "make_executor(Probe.model_validate({'grpc': {'port': 1}}, by_alias=True), c,"
+            " ProbeContext(HttpProber(), exec_target=lambda n: None))\n"
+            "print(len(h2()) > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "True"], out
 
 
 def test_adopted_pods_spread_their_first_probes_over_a_period() -> None:

@@ -18,6 +18,7 @@ Executors (asyncio, nothing blocks the loop; each honours its timeout and cleans
 Loop:
     runner       one task per probe: waits for the schedule, runs the executor, feeds the state,
                  hands every step to a sink; cancellation-safe
+    poller       probe I/O (a reply, an exec's exit) looked at once per grid tick, not a wake-up each
     pod_probes   the runners of one pod, started through a task spawner the composition root gives
 
 May import: runtime (the spawn shim, cgroup handles, container states), events, core.

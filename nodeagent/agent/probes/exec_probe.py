@@ -5,7 +5,9 @@ container's cgroup(s) and takes its oom_score_adj before it execs: it is account
 limited with, the container. Its stdout and stderr go to a pipe the agent reads on the event
 loop (the shim's log "file" is the pipe's write end, opened by the child through
 /proc/self/fd/N before it execs), keeping the first 10 KiB as the kubelet does. The exit is
-seen through a pidfd on the loop: nothing blocks and no thread is involved.
+seen through a pidfd on the loop: nothing blocks and no thread is involved. An exec probe
+registers neither: its pipe and its exit are looked at on the probes' grid (poller.py), where
+its timeout is checked too.
 
 In a container from an image the shim starts the OCI runtime's `exec` instead (`runc exec
 --pid-file F ID cmd...`, charged to the pod's sandbox cgroup), which runs the command in the
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from nodeagent.agent.probes.poller import poller, until
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, unknown
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
 from nodeagent.agent.runtime.oci.runtime import OciExec
@@ -73,9 +76,11 @@ class ExecResult:
 
 
 class _Running:
-    """One spawned exec: its pidfd and output pipe, watched on the loop."""
+    """One spawned exec: its pidfd and output pipe, watched on the loop (`watch`), or looked at
+    by `poll` on the probes' grid (exec probes: no registration, no wake-up of their own)."""
 
-    def __init__(self, pid: int, pidfd: int, read_fd: int, on_kill: Callable[[], bool]) -> None:
+    def __init__(self, pid: int, pidfd: int, read_fd: int, on_kill: Callable[[], bool], *, watch: bool = True,
+                 deadline: float | None = None) -> None:
         self.pid = pid
         self.on_kill = on_kill  # False: the process to kill is not known yet (ask again)
         self.kill_tries = 0
@@ -83,16 +88,34 @@ class _Running:
         self.read_fd = read_fd
         self.output = bytearray()
         self.timed_out = False
+        self.deadline = deadline  # polled: the loop time at which `poll` kills it
+        self.watched = watch
         self.loop = asyncio.get_running_loop()
         self.exited: asyncio.Future[int] = self.loop.create_future()
-        self.loop.add_reader(read_fd, self._read)
-        self.loop.add_reader(pidfd, self._reap)
+        if watch:
+            self.loop.add_reader(read_fd, self._on_readable)
+            self.loop.add_reader(pidfd, self._reap)
+
+    def poll(self) -> bool:
+        """Read what the pipe holds (a chatty child never fills it), kill it past its deadline,
+        reap it if it has ended: True once it has."""
+        self._drain()
+        if self.deadline is not None and not self.timed_out and self.loop.time() >= self.deadline:
+            self.time_out()
+        if self.pidfd >= 0:
+            self._reap()
+        return self.exited.done()
+
+    def _drain(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while self.read_fd >= 0:
+                self._read()
 
     def _read(self) -> None:
         try:
             data = os.read(self.read_fd, 65536)
         except BlockingIOError:
-            return
+            raise  # nothing more for now: the caller's to know
         except OSError:
             data = b""
         if not data:
@@ -102,9 +125,14 @@ class _Running:
         if room > 0:
             self.output += data[:room]
 
+    def _on_readable(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            self._read()
+
     def _close_pipe(self) -> None:
         if self.read_fd >= 0:
-            self.loop.remove_reader(self.read_fd)
+            if self.watched:
+                self.loop.remove_reader(self.read_fd)
             os.close(self.read_fd)
             self.read_fd = -1
 
@@ -112,7 +140,8 @@ class _Running:
         code = reap_exit_code(self.pid)
         if code is None:
             return
-        self.loop.remove_reader(self.pidfd)
+        if self.watched:
+            self.loop.remove_reader(self.pidfd)
         os.close(self.pidfd)
         self.pidfd = -1
         if self.read_fd >= 0:  # what is already in the pipe; not waiting for EOF (a child may hold it)
@@ -184,20 +213,22 @@ def exec_launch(command: Sequence[str], target: ExecTarget, *, tty: bool = False
 
 
 async def run_in_container(
-    command: Sequence[str], target: ExecTarget, timeout_seconds: float | None, *, spawner: Spawner = spawn_unidentified
+    command: Sequence[str], target: ExecTarget, timeout_seconds: float | None, *, spawner: Spawner = spawn_unidentified,
+    polled: bool = False,
 ) -> ExecResult:
-    """Run `command` in the container; returns its exit code and first 10 KiB of output.
+    """Run `command` in the container; returns its exit code and first 10 KiB of output. `polled`
+    (exec probes): its end is looked for on the probes' grid (poller.py), and its timeout there.
 
     OSError / ValueError if it cannot be started at all.
     """
     launch = exec_launch(command, target)
     try:
-        return await _run(launch, timeout_seconds, spawner)
+        return await _run(launch, timeout_seconds, spawner, polled)
     finally:
         launch.release()
 
 
-async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawner) -> ExecResult:
+async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawner, polled: bool) -> ExecResult:
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         try:
@@ -208,12 +239,18 @@ async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawn
     except BaseException:
         os.close(read_fd)
         raise
-    proc = _Running(spawned.pid, pidfd, read_fd, launch.kill_exec)
-    timer = proc.loop.call_later(timeout_seconds, proc.time_out) if timeout_seconds is not None else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_seconds if polled and timeout_seconds is not None else None
+    proc = _Running(spawned.pid, pidfd, read_fd, launch.kill_exec, watch=not polled, deadline=deadline)
+    timer = loop.call_later(timeout_seconds, proc.time_out) if timeout_seconds is not None and not polled else None
     try:
+        if polled:
+            await until(proc.poll)
         code = await proc.exited  # a timeout kills the process, and the exit follows
     except asyncio.CancelledError:
         proc.kill()  # _reap still runs when it dies and closes both descriptors
+        if polled:
+            poller().wait(proc.poll)  # looked at on the grid until it is reaped; nobody awaits it
         raise
     finally:
         if timer is not None:
@@ -225,7 +262,7 @@ async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds
                      spawner: Spawner = spawn_unidentified) -> ProbeOutcome:
     """The exec probe: exit 0 is success; any other exit a failure with the output."""
     try:
-        res = await run_in_container(command, target, timeout_seconds, spawner=spawner)
+        res = await run_in_container(command, target, timeout_seconds, spawner=spawner, polled=True)
     except (OSError, ValueError) as e:
         return unknown(f"cannot start {list(command)}: {e}")
     text = res.output.decode("utf-8", "replace")

@@ -1,7 +1,8 @@
 """httpGet probes (and httpGet hooks) as the kubelet's pkg/probe/http does them.
 
 The client: one HTTP/1.1 GET per connection (the kubelet's transport disables keep-alive) over a
-non-blocking socket driven by the loop, or over an asyncio TLS stream for scheme HTTPS
+non-blocking socket (the request sent at once, the reply read on the probes' 100 ms grid, see
+poller.py; httpGet hooks share the client, so their reply too), or over an asyncio TLS stream for scheme HTTPS
 (certificates not verified: InsecureSkipVerify). The response is parsed by httptools (llhttp,
 the parser of Node.js, in C); the request is one line and a few headers, written here, with
 every header value checked for CR, LF and NUL so a manifest cannot inject a header. Why not
@@ -26,12 +27,13 @@ import asyncio
 import os
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httptools
 from yarl import URL
 
 from nodeagent import __version__
+from nodeagent.agent.probes.poller import until
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, warning
 from nodeagent.agent.probes.target import join_host_port
 from nodeagent.agent.probes.tcp_probe import connect
@@ -113,17 +115,34 @@ def request_headers(
 
 
 class _Plain:
-    """A connected non-blocking socket driven by loop.sock_* (no transport, no stream objects)."""
+    """A connected non-blocking socket: the request sent at once (a few hundred bytes fit the
+    socket's buffer), the reply read on the probes' grid (poller.py): no registration on the loop."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.loop = asyncio.get_running_loop()
 
-    async def send(self, data: bytes) -> None:
-        await self.loop.sock_sendall(self.sock, data)
+    async def exchange(self, request: bytes, feed: Callable[[bytes], bool]) -> None:
+        try:
+            sent = self.sock.send(request)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(request):
+            await asyncio.get_running_loop().sock_sendall(self.sock, request[sent:])
+        await until(self._receive(feed))
 
-    async def recv(self) -> bytes:
-        return await self.loop.sock_recv(self.sock, 65536)
+    def _receive(self, feed: Callable[[bytes], bool]) -> Callable[[], bool]:
+        sock = self.sock
+
+        def check() -> bool:
+            while True:
+                try:
+                    data = sock.recv(65536)
+                except BlockingIOError:
+                    return False
+                if feed(data):
+                    return True
+
+        return check
 
     def close(self) -> None:
         self.sock.close()
@@ -133,12 +152,11 @@ class _Tls:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
 
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
+    async def exchange(self, request: bytes, feed: Callable[[bytes], bool]) -> None:
+        self.writer.write(request)
         await self.writer.drain()
-
-    async def recv(self) -> bytes:
-        return await self.reader.read(65536)
+        while not feed(await self.reader.read(65536)):
+            pass
 
     def close(self) -> None:
         self.writer.close()
@@ -180,19 +198,20 @@ class HttpProber:
         authority = host or (url.raw_host or "") + ("" if url.is_default_port() else f":{url.port}")
         request = encode_request(url.raw_path_qs, authority, headers)
         conn = await self._open(url)
+        response = _Response()
+        parser = httptools.HttpResponseParser(response)
+
+        def feed(data: bytes) -> bool:
+            """What arrived: True when the reply is read (complete, closed, or 10 KiB of body)."""
+            if not data:  # closed: a body without a length ends here
+                if not response.headers_complete:
+                    raise ProtocolError("server closed the connection before a response")
+                return True
+            parser.feed_data(data)
+            return response.complete or len(response.body) >= MAX_OUTPUT
+
         try:
-            await conn.send(request)
-            response = _Response()
-            parser = httptools.HttpResponseParser(response)
-            while not response.complete:
-                data = await conn.recv()
-                if not data:  # closed: a body without a length ends here
-                    if not response.headers_complete:
-                        raise ProtocolError("server closed the connection before a response")
-                    break
-                parser.feed_data(data)
-                if len(response.body) >= MAX_OUTPUT:
-                    break
+            await conn.exchange(request, feed)
             return parser.get_status_code(), response.location, bytes(response.body[:MAX_OUTPUT])
         except httptools.HttpParserError as e:
             raise ProtocolError(f"malformed HTTP response: {e}") from None

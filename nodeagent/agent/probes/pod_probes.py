@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.agent.probes.exec_probe import ExecTarget, exec_probe
-from nodeagent.agent.probes.grpc_probe import grpc_probe
 from nodeagent.agent.probes.http_probe import HttpProber, probe_url, request_headers
 from nodeagent.agent.probes.readiness import (
     Condition,
@@ -62,6 +61,16 @@ def exec_command(command: list[str], container: Container) -> list[str]:
     return [expand(arg, static) for arg in command]
 
 
+def unresolved(outcome: ProbeOutcome) -> Executor:
+    """An executor for a probe that cannot run as specified (a named port the container lacks):
+    every attempt is that outcome, reported and not counted."""
+
+    async def run(timeout_seconds: float) -> ProbeOutcome:
+        return outcome
+
+    return run
+
+
 def make_executor(probe: Probe, container: Container, ctx: ProbeContext) -> Executor:
     """The I/O of one probe, as a coroutine function of its timeout."""
     action = probe.handler
@@ -76,23 +85,39 @@ def make_executor(probe: Probe, container: Container, ctx: ProbeContext) -> Exec
 
         return run_exec
 
-    async def run_network(timeout_seconds: float) -> ProbeOutcome:
+    try:  # the container's spec does not change: its port is resolved once
+        port = resolve_port(action.port, container)  # type: ignore[union-attr]
+    except PortNotFound as e:
+        return unresolved(unknown(str(e)))
+    if probe.http_get is not None:
+        get = probe.http_get
+        headers, host_header = request_headers([(h.name, h.value) for h in get.http_headers])
         try:
-            port = resolve_port(action.port, container)  # type: ignore[union-attr]
-        except PortNotFound as e:
-            return unknown(str(e))
-        if probe.http_get is not None:
-            get = probe.http_get
-            host = probe_host(get.host, ctx.pod_ip)
-            headers, host_header = request_headers([(h.name, h.value) for h in get.http_headers])
-            url = probe_url(get.scheme, host, port, get.path)
-            return await ctx.http.probe(url, headers, host_header, timeout_seconds)
-        if probe.tcp_socket is not None:
-            return await tcp_probe(probe_host(probe.tcp_socket.host, ctx.pod_ip), port, timeout_seconds)
-        assert probe.grpc is not None
-        return await grpc_probe(ctx.pod_ip, port, probe.grpc.service, timeout_seconds)
+            url = probe_url(get.scheme, probe_host(get.host, ctx.pod_ip), port, get.path)
+        except ValueError as e:
+            return unresolved(unknown(f"invalid URL: {e}"))
 
-    return run_network
+        async def run_http(timeout_seconds: float) -> ProbeOutcome:
+            return await ctx.http.probe(url, headers, host_header, timeout_seconds)
+
+        return run_http
+    if probe.tcp_socket is not None:
+        host = probe_host(probe.tcp_socket.host, ctx.pod_ip)
+
+        async def run_tcp(timeout_seconds: float) -> ProbeOutcome:
+            return await tcp_probe(host, port, timeout_seconds)
+
+        return run_tcp
+    assert probe.grpc is not None
+    service = probe.grpc.service
+    # imported for the first gRPC probe only: h2, hpack and hyperframe are ~2 MiB of resident
+    # memory that an agent without gRPC probes does not carry
+    from nodeagent.agent.probes.grpc_probe import grpc_probe
+
+    async def run_grpc(timeout_seconds: float) -> ProbeOutcome:
+        return await grpc_probe(ctx.pod_ip, port, service, timeout_seconds)
+
+    return run_grpc
 
 
 class PodProbes:

@@ -38,7 +38,7 @@ class ProbeOutcome:
 
 
 def success(output: str = "") -> ProbeOutcome:
-    return ProbeOutcome(Verdict.SUCCESS, output)
+    return ProbeOutcome(Verdict.SUCCESS, output) if output else SUCCESS
 
 
 def failure(output: str) -> ProbeOutcome:
@@ -52,6 +52,8 @@ def warning(output: str) -> ProbeOutcome:
 def unknown(output: str) -> ProbeOutcome:
     return ProbeOutcome(Verdict.UNKNOWN, output)
 
+
+SUCCESS = ProbeOutcome(Verdict.SUCCESS)  # the outcome of most attempts, made once
 
 # Output is cut to what the kubelet reads of an exec probe's output or an HTTP body (10 KiB).
 MAX_OUTPUT = 10 * 1024

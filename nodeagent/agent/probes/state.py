@@ -80,6 +80,17 @@ class Step:
     kill_grace_period: int | None = None  # the probe's terminationGracePeriodSeconds, if set
 
 
+_WAIT = Step(Action.WAIT)
+_PROBE = Step(Action.PROBE)
+
+
+def _step(action: Action, published: Result | None) -> Step:
+    """A step with no events: the two common ones are made once (a probe a second each)."""
+    if published is None:
+        return _PROBE if action is Action.PROBE else _WAIT
+    return Step(action, published)
+
+
 class ProbeState:
     def __init__(self, kind: ProbeKind, probe: Probe, container: str, *, start: float,
                  restart_on_failure: bool = True) -> None:
@@ -126,7 +137,7 @@ class ProbeState:
         if view.pod_terminal:
             return self._stop(None)
         if not view.container_id:
-            return Step(Action.WAIT)
+            return _WAIT
         published = None
         if view.container_id != self.container_id:
             self.container_id = view.container_id
@@ -150,7 +161,7 @@ class ProbeState:
                 return Step(Action.WAIT, published)
         elif self.kind != "startup":
             return Step(Action.WAIT, published)
-        return Step(Action.PROBE, published)
+        return _step(Action.PROBE, published)
 
     def _stop(self, published: Result | None) -> Step:
         self.stopped = True
@@ -177,7 +188,7 @@ class ProbeState:
             result is Result.SUCCESS and self.run < self.probe.success_threshold
         )
         if below:
-            return Step(Action.WAIT, None, tuple(events))
+            return Step(Action.WAIT, None, tuple(events)) if events else _WAIT
         published = self._publish(result)
         if self.kind in ("liveness", "startup") and result is Result.FAILURE:
             self.on_hold = True
@@ -188,4 +199,4 @@ class ProbeState:
             events.append(Event(REASON_KILLING, message, "Normal"))
             return Step(Action.WAIT, published, tuple(events), kill=True,
                         kill_grace_period=self.probe.termination_grace_period_seconds)
-        return Step(Action.WAIT, published, tuple(events))
+        return Step(Action.WAIT, published, tuple(events)) if events else _step(Action.WAIT, published)
