@@ -39,20 +39,22 @@ lint: $(LINT_VENV)/.installed
 	$(LINT_VENV)/bin/ruff check .
 	$(LINT_VENV)/bin/mypy
 
-## Unit tests, then (as root) the integration suites on the host kernel (cgroup v1 here) and in a
-## User-Mode-Linux guest with pure cgroup v2. As root the guest's suite (one virtual CPU, ~17 min)
-## runs beside the unit and host suites (~7 min, the other CPU), which keeps CI near 20 minutes
-## instead of 30; each suite's output is printed whole when it ends, and every suite runs to its end
-## before a failure is reported.
+## Unit tests; as root also the integration suites on the host kernel (cgroup v1 here) and in two
+## User-Mode-Linux guests with pure cgroup v2. As root the four run at once on the 2 cores, each
+## printed whole when it ends: the unit suite (~9 min alone, mostly waiting on servers and
+## processes), the host suite (~10 min) and the two guests (~10 min each, one virtual CPU each),
+## so the longest of them, not their sum, is the time CI takes. Every suite runs to its end before
+## a failure is reported (make stops only starting new jobs, and all of them have started).
 test: install
 ifeq ($(IS_ROOT),yes)
 	integration/images/install-tools.sh
-	$(MAKE) -j2 --output-sync=target test-host integration-v2
+	$(MAKE) -j3 --output-sync=target unit integration integration-v2
 else
 	$(MAKE) unit
 	@echo "integration suites skipped: they need root (run 'sudo make integration integration-v2')"
 endif
 
+## The unit suite, then the host's integration suite (one after the other).
 test-host: install
 	rc=0; $(MAKE) unit || rc=1; $(MAKE) integration || rc=1; exit $$rc
 

@@ -13,6 +13,7 @@ time and then asserts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 from kernel_view import CgroupFiles, container_id_parts, is_running, proc_stat  # noqa: F401 (re-exported)
 
 from nodeagent.agent.cgroups.detect import make_driver
+from nodeagent.agent.runtime.oci.runtime import cgroup_mounts
 
 T = TypeVar("T")
 NODE_NAME = "it-node"
@@ -68,6 +70,20 @@ def ensure_loopback_up() -> None:
         return
     if not flags & 0x1:  # IFF_UP
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def sweep_unmanaged(root: str) -> list[str]:
+    """rmdir the empty directories under `root` (a test's own cgroup root) in every cgroup
+    hierarchy, deepest first; the ones still there are returned. runc (the image pods) makes the
+    container's path in the v1 hierarchies the driver does not manage (blkio, cpuset, devices,
+    freezer, systemd, the hybrid unified one), and the agent removes only the pod's part of it
+    there, so the test's root would stay behind. A directory in use or not empty stays."""
+    tops = [os.path.join(m, root.strip("/")) for m in cgroup_mounts()]
+    for top in tops:
+        for d, _, _ in sorted(os.walk(top, topdown=False), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+    return [d for d in tops if os.path.isdir(d)]
 
 
 # ---- manifests and statuses ----
@@ -264,7 +280,9 @@ class AgentProcess:
         self.driver.kill("")  # only processes inside this test's own cgroup root
         self.driver.remove("")
         left = self.cg.exists("")
+        stray = sweep_unmanaged(self.cgroup_root)  # what runc made where the driver does not manage
         assert not left, f"{self.cgroup_root} left behind: {left}"
+        assert not stray, f"{self.cgroup_root} left behind in an unmanaged hierarchy: {stray}"
         assert not problems, "; ".join(problems) + "\n" + self.log_tail()
 
     # -- HTTP --

@@ -12,7 +12,6 @@ this kernel drives (v1 on the hybrid host, v2 in the guest). Every test gets its
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import subprocess
@@ -21,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_harness import AgentProcess
+from agent_harness import AgentProcess, sweep_unmanaged
 
 from nodeagent.agent.cgroups.detect import make_driver
 from nodeagent.agent.cgroups.driver import CgroupDriver
-from nodeagent.agent.runtime.oci.runtime import cgroup_mounts
 
 HERE = Path(__file__).parent
 IS_ROOT = os.geteuid() == 0
@@ -94,14 +92,8 @@ def driver(cgroup_version: int) -> Iterator[CgroupDriver]:
         drv.kill("")
         drv.remove("")
         assert not cgroup_dirs(drv, ""), f"{root} left behind"
-        # runc (the image tests) also makes the container's path in the hierarchies the driver does
-        # not manage on a v1 host (blkio, devices, freezer, systemd, the hybrid unified one)
-        left = [os.path.join(m, root.strip("/")) for m in cgroup_mounts()]
-        for top in left:
-            for d, _, _ in sorted(os.walk(top, topdown=False), key=lambda w: -len(w[0])):
-                with contextlib.suppress(OSError):
-                    os.rmdir(d)
-        assert not [d for d in left if os.path.isdir(d)], f"{root} left behind in an unmanaged hierarchy"
+        left = sweep_unmanaged(root)  # what runc made in the hierarchies the driver does not manage
+        assert not left, f"{root} left behind in an unmanaged hierarchy: {left}"
 
 
 def cgroup_dirs(drv: CgroupDriver, path: str) -> list[str]:

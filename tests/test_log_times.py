@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,13 @@ def test_prune_takes_the_side_files_too(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["1.log", "1.log.times", "2.log", "2.log.times"]
 
 
-async def _settle(clock: LogClock, flush: float = 0.0) -> None:
-    for _ in range(20):
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(flush)
+async def _marked(log: Path, end: int) -> None:
+    """Until the clock's side file holds the mark of byte `end` (it saw that write, at the wall time
+    then): the wall may move on only after it. 10 s at most."""
+    deadline = time.monotonic() + 10
+    while not ((t := logtimes.load(str(log))).ends and t.ends[-1] == end):
+        assert time.monotonic() < deadline, f"no mark at {end}; marks end with {t.ends[-3:]}"
+        await asyncio.sleep(0.01)
 
 
 async def test_the_clock_marks_growth_rotation_and_compacts(tmp_path: Path) -> None:
@@ -103,17 +107,17 @@ async def test_the_clock_marks_growth_rotation_and_compacts(tmp_path: Path) -> N
         log = d / "0.log"
         with open(log, "ab", buffering=0) as f:
             f.write(b"one\n")
-            await _settle(clock)
+            await _marked(log, 4)
             wall.wall = lambda: 1001.5  # type: ignore[method-assign]
             f.write(b"two\n")
-            await _settle(clock)
+            await _marked(log, 8)
             t = logtimes.load(str(log))
             assert (t.ends[-1], t.stamps[-1]) == (8, 1001_500_000_000) and t.time_of(4) == 1000 * S
             logs.rotate(str(log), max_size=1)  # copy-truncate on tmpfs, copy-collapse elsewhere: the head moves
             moved = os.path.getsize(str(log) + ".1")
             wall.wall = lambda: 1003.0  # type: ignore[method-assign]
             f.write(b"three\n")
-            await _settle(clock)
+            await _marked(log, 14)
         t = logtimes.load(str(log))
         assert t.base == moved and t.ends[-1] == 14 and t.time_of(14) == 1003 * S
         logs.rotate(str(log), max_size=1, max_files=2)  # the copy holding "one two" is dropped
@@ -123,7 +127,7 @@ async def test_the_clock_marks_growth_rotation_and_compacts(tmp_path: Path) -> N
             wall.wall = lambda i=i: 1010.0 + i  # type: ignore[misc]
             with open(log, "ab") as f:
                 f.write(b"more\n")
-            await _settle(clock)
+            await _marked(log, 14 + 5 * (i + 1))
         t = logtimes.load(str(log))
         assert t.base == 14 and t.ends[0] > base and t.ends[-1] == 14 + 5 * 40
         assert Path(str(log) + ".times").read_text().startswith("r 14\n")  # compacted: the base first

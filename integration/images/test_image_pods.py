@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,23 +27,12 @@ MEMORY = 64 << 20
 
 
 @pytest.fixture
-def make_agent(make_agent: Callable[..., AgentProcess]) -> Iterator[Callable[..., AgentProcess]]:
-    """The harness's, plus: the agent's cgroup root removed from the hierarchies its driver does not
-    manage, where runc made it on a v1 host (the pods' own directories the agent removes itself)."""
-    _load_overlay_module()  # the UML guest's kernel has overlayfs as a module
-    agents: list[AgentProcess] = []
-
-    def make(**kw: Any) -> AgentProcess:
-        agents.append(make_agent(**kw))
-        return agents[-1]
-
-    yield make
-    for agent in agents:
-        for mount in cgroup_mounts():
-            top = os.path.join(mount, agent.cgroup_root.strip("/"))
-            for d, _, _ in sorted(os.walk(top, topdown=False), key=lambda w: -len(w[0])):
-                with contextlib.suppress(OSError):
-                    os.rmdir(d)
+def make_agent(make_agent: Callable[..., AgentProcess]) -> Callable[..., AgentProcess]:
+    """The harness's, with overlayfs loaded first (a module in the UML guest's kernel). The harness
+    removes the agent's cgroup root also where runc made it, in the hierarchies the driver does not
+    manage, once the agent's pods are gone (AgentProcess.cleanup)."""
+    _load_overlay_module()
+    return make_agent
 
 
 def runtime_leftovers(agent: AgentProcess, uid: str) -> list[str]:
