@@ -76,6 +76,25 @@ def atomic_write(path: str, data: bytes) -> None:
     fsync_dir(directory)
 
 
+def replace_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Temp file and rename, without fsync: a reader sees all of the file or none of it, but a
+    machine crash may lose it. For files rewritten before every container start (config.json,
+    /etc/hosts...) or naming processes (the sandbox record), which a crash makes moot anyway;
+    an agent killed with SIGKILL loses nothing (the page cache stays). The fsyncs of a durable
+    write cost 5-12 ms (p50-p90) on this busy disk."""
+    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), "wb") as f:
+            if mode & 0o077:
+                os.fchmod(f.fileno(), mode)  # past the umask
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A fetched image whose layers are all in the store, not yet recorded."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
+from nodeagent.agent.images.store import replace_file
 from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.bundle import SANDBOX_OOM_SCORE_ADJ, ContainerBundle, config_json
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
@@ -175,21 +176,6 @@ class OciExec:
         return True
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Temp file and rename: the runtime reads all of it or none, but nothing is fsynced. For
-    config.json, written again before every start and read by the runtime at once: durability
-    would buy nothing and the fsyncs of a durable write cost 5-12 ms (p50-p90) on this busy disk."""
-    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "wb") as f:
-            f.write(data)  # 0600: the env in it may hold secrets
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 class OciRuntime:
     def __init__(self, name: str, binary: str, root: str) -> None:
         self.name = name
@@ -225,13 +211,16 @@ class OciRuntime:
 
     def prepare(self, dirs: BundleDirs, lowerdirs: Sequence[str], make_bundle: MakeBundle,
                 sandbox: Sandbox | None) -> ContainerBundle:
-        """Steps 1-3: the bundle on disk, ready to run (blocking: mounts and an fsync)."""
+        """Steps 1-3: the bundle on disk, ready to run (blocking: a mount, a few files). The
+        sandbox's `unshare` runs meanwhile: only the runtime needs its namespaces, not config.json."""
+        pid = sandbox.start() if sandbox is not None else None
         os.makedirs(dirs.root, mode=0o700, exist_ok=True)
         rootfs.mount_overlay(lowerdirs, dirs.upper, dirs.work, dirs.rootfs)
         passwd = read_in_rootfs(dirs.rootfs, "/etc/passwd")
         group = read_in_rootfs(dirs.rootfs, "/etc/group")
-        pid = sandbox.ensure() if sandbox is not None else None
         bundle = make_bundle(passwd, group, pid)
+        if sandbox is not None and (ready := sandbox.ensure()) != pid:  # it died meanwhile: a new one
+            bundle = make_bundle(passwd, group, ready)
         replace_file(dirs.config, json.dumps(config_json(bundle)).encode())
         return bundle
 
