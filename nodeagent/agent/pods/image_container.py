@@ -24,8 +24,9 @@ Before the first start (`prepare`, on the loop; every blocking part on a thread)
      missing ConfigMap/Secret, a subPath leaving its volume), named in the message.
 Before a restart only step 3 runs again: a restarted container starts from its image.
 
-The spawner (OciRuntime.monitor_spawner) starts `runc run` in the pod's sandbox cgroup; the
-worker reads Running only once the container's own process is in `<container cgroup>/oci`.
+The spawner (OciRuntime.monitor_spawner) starts `runc run` in the runtime's cgroup
+(layout.RUNTIME_PATH); the worker reads Running only once the container's own process is in
+`<container cgroup>/oci`.
 `cleanup` (the pod's removal, off the loop): runc delete, unmount, the bundle directory removed;
 `release` gives the image's lease back.
 """
@@ -43,6 +44,7 @@ import structlog
 
 from nodeagent.agent.cgroups.common import read_pids
 from nodeagent.agent.cgroups.driver import CgroupDriver
+from nodeagent.agent.cgroups.layout import RUNTIME_PATH
 from nodeagent.agent.images import errors as image_errors
 from nodeagent.agent.images.backoff import backoff_delay, backoff_key
 from nodeagent.agent.images.credentials import Credential, pull_secret_keyring
@@ -148,7 +150,8 @@ class ImageContainer:
         return f"{self.c.cgroup_path}/{OCI_CGROUP}"
 
     def spawner(self) -> Spawner:
-        return self.oci.monitor_spawner(self.cid, self.dirs, self.sandbox, self._container_pids)
+        return self.oci.monitor_spawner(self.cid, self.dirs, lambda: self.driver.procs_files(RUNTIME_PATH),
+                                        self._container_pids)
 
     def _container_pids(self) -> list[int]:
         """The processes in the runtime's child cgroup, read from one cgroup.procs file: the runtime

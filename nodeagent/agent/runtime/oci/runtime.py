@@ -8,8 +8,10 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
      pod's directory on nodefs (rootfs.py);
   3. the user is resolved against the image's /etc/passwd and /etc/group (read inside the rootfs,
      never through a symlink leaving it) and config.json is written atomically (bundle.py);
-  4. `runc run --bundle DIR ID` is spawned through the spawn shim into the pod's sandbox cgroup,
-     with the container's log file as stdout and stderr (the runtime hands its stdio to the
+  4. `runc run --bundle DIR ID` is spawned through the spawn shim into the runtime's own cgroup
+     (layout.RUNTIME_PATH, next to kubepods, as containerd's shims live in the runtime's cgroup and
+     not in the pod's: in the pod's cgroup its CPU quota throttled runc's own start, 10 ms of CPU
+     per 100 ms at a 100m limit, bench/README.md), with the container's log file as stdout and stderr (the runtime hands its stdio to the
      container): the monitor's PID is what the worker watches (pidfd), signals (runc forwards
      SIGTERM to the container) and checkpoints; its exit status is the container's (128+n for a
      signal). The container itself runs in `<container cgroup>/oci`, a child of the cgroup the
@@ -18,8 +20,9 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
      counter) stays.
 
 The monitors cost one small process per container (runc 1.1: ~10 MB RSS; crun less), what
-containerd's shim costs per pod; in exchange nothing of the agent is a parent of a container
-that must outlive it.
+containerd's shim costs per pod, charged to the runtime's cgroup and not to the pod (no pod
+overhead is declared); in exchange nothing of the agent is a parent of a container that must
+outlive it.
 """
 
 from __future__ import annotations
@@ -239,14 +242,15 @@ class OciRuntime:
 
         return start
 
-    def monitor_spawner(self, cid: str, dirs: BundleDirs, sandbox: Sandbox | None,
+    def monitor_spawner(self, cid: str, dirs: BundleDirs, monitor_procs: Callable[[], list[str]],
                         container_pids: Callable[[], list[int]],
                         ) -> Callable[[LaunchSpec, str, Sequence[str], int | None], Spawned]:
-        """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, with a
-        ready signal: the container reads Running once its own process (no longer the runtime's
-        init) is in its cgroup (`container_pids`: the runtime's child of the container cgroup)."""
+        """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, the
+        monitor in the cgroup of `monitor_procs`, with a ready signal: the container reads Running
+        once its own process (no longer the runtime's init) is in its cgroup (`container_pids`:
+        the runtime's child of the container cgroup)."""
         def start(_launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
-            files = sandbox.procs_files() if sandbox is not None else []
+            files = monitor_procs()
             monitor = LaunchSpec(tuple(self.run_argv(dirs.root, cid)), dict(RUNTIME_ENV))
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)

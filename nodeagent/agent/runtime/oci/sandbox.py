@@ -4,9 +4,10 @@ containers join, as the pause container does for the kubelet.
 It is `unshare --ipc --uts -- sleep infinity` (util-linux and coreutils: no binary of our own),
 started through the spawn shim into the pod's sandbox cgroup (`pod<uid>/_sandbox`: an
 underscore cannot start a container name, so it never collides) with the pause container's
-oom_score_adj. The OCI runtime's monitor processes (`runc run` in the foreground, one per
-container) live in the same cgroup: charged to the pod, not to a container's limit, and outside
-the agent's service cgroup, so they survive an agent restart.
+oom_score_adj, as the pause container lives in its pod's cgroup. The runtime's `exec` sessions
+run there too; its monitors (`runc run` in the foreground, one per container) run in the
+runtime's own cgroup (layout.RUNTIME_PATH). Both are outside the agent's service cgroup, so they
+survive an agent restart.
 
 Its PID and start time are kept in `<pod dir>/oci/sandbox.json` (written atomically) so a
 restarted agent finds it again; a PID reused by another process is never taken for it. The record
