@@ -11,13 +11,13 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
   4. `runc run --bundle DIR ID` is spawned through the spawn shim into the runtime's own cgroup
      (layout.RUNTIME_PATH, next to kubepods, as containerd's shims live in the runtime's cgroup and
      not in the pod's: in the pod's cgroup its CPU quota throttled runc's own start, 10 ms of CPU
-     per 100 ms at a 100m limit, bench/README.md), with the container's log file as stdout and stderr (the runtime hands its stdio to the
-     container): the monitor's PID is what the worker watches (pidfd), signals (runc forwards
-     SIGTERM to the container) and checkpoints; its exit status is the container's (128+n for a
-     signal). The container itself runs in `<container cgroup>/oci`, a child of the cgroup the
-     agent created with the container's limits: the runtime removes its own child when the
-     container ends (runc only once it is deleted: `--keep`), the agent's cgroup (limits, OOM-kill
-     counter) stays.
+     per 100 ms at a 100m limit; README.md, "Start figures (image pods)"), with the container's
+     log file as stdout and stderr (the runtime hands its stdio to the container): the monitor's
+     PID is what the worker watches (pidfd), signals (runc forwards SIGTERM to the container) and
+     checkpoints; its exit status is the container's (128+n for a signal). The container itself
+     runs in `<container cgroup>/oci`, a child of the cgroup the agent created with the
+     container's limits: the runtime removes its own child when the container ends (runc only
+     once it is deleted: `--keep`), the agent's cgroup (limits, OOM-kill counter) stays.
 
 The monitors cost one small process per container (runc 1.1: ~10 MB RSS; crun less), what
 containerd's shim costs per pod, charged to the runtime's cgroup and not to the pod (no pod
@@ -28,7 +28,6 @@ outlive it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import posixpath
