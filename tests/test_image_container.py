@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from fakes import FakeCgroupDriver
 
+from nodeagent.agent.cgroups.driver import CgroupSpec
+from nodeagent.agent.cgroups.layout import KUBEPODS, RUNTIME_PATH
 from nodeagent.agent.events import EventRecorder
 from nodeagent.agent.images import errors as E
 from nodeagent.agent.images.manager import BackOffError, PodRef
@@ -111,7 +113,7 @@ class FakeOci:
         self.bundles.append(bundle)
         return bundle
 
-    def monitor_spawner(self, cid: str, dirs: BundleDirs, sandbox: Any,
+    def monitor_spawner(self, cid: str, dirs: BundleDirs, monitor_procs: Any,
                         container_pids: Callable[[], list[int]]) -> Callable[..., Spawned]:
         def start(_launch: LaunchSpec, log_path: str, procs: Sequence[str], adj: int | None) -> Spawned:
             b = self.bundles[-1]
@@ -297,6 +299,16 @@ async def test_an_image_pod_runs_from_its_bundle_and_its_removal_cleans_up(tmp_p
     await until(lambda: m.get_pod("default", "web") is None)
     cid = f"{w.plan.uid}-main"
     assert oci.cleaned == [cid] and images.released == [cid] and images.leases == {}
+
+
+def test_the_runtime_cgroup_is_made_next_to_kubepods_only_with_a_runtime(tmp_path: Path) -> None:
+    """The runtime's monitors run outside kubepods and the pods' limits (layout.RUNTIME_PATH)."""
+    events = EventRecorder(SystemClock(), "node-a")
+    with_runtime = make_manager(tmp_path / "a", FakeImages(), FakeOci(), Sleeps(), events)
+    without = make_manager(tmp_path / "b", FakeImages(), None, Sleeps(), events)
+    assert with_runtime.env.driver.specs[RUNTIME_PATH] == CgroupSpec()  # type: ignore[attr-defined]
+    assert not RUNTIME_PATH.startswith(KUBEPODS)
+    assert RUNTIME_PATH not in without.env.driver.specs  # type: ignore[attr-defined]
 
 
 async def test_an_image_pod_on_a_node_without_a_runtime_is_refused(tmp_path: Path) -> None:

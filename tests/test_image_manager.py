@@ -20,7 +20,7 @@ from nodeagent.agent.images.credentials import Access
 from nodeagent.agent.images.gc import GCPolicy
 from nodeagent.agent.images.listing import node_images
 from nodeagent.agent.images.manager import BackOffError, ImageManager, PodRef
-from nodeagent.agent.images.store import ImageStore
+from nodeagent.agent.images.store import TOUCH_WRITE_S, ImageStore
 from nodeagent.core.clock import FakeClock
 
 ROOT = os.geteuid() == 0
@@ -331,6 +331,44 @@ async def test_leases_survive_a_restart(env: Any) -> None:
         await reopened.remove(record.id)
     with pytest.raises(ValueError):
         await reopened.lease("../escape", record.id)
+
+
+async def test_a_lease_touches_the_record_on_disk_at_most_once_a_minute(env: Any) -> None:
+    """A burst of starts from one image rewrites its record once (last_used, GC's order), not
+    once per container; the store's own last_used is always the latest."""
+    await env.manager.start()
+    env.registry.add("app:1", [layer("a")])
+    record = await env.manager.pull(f"{REG}/app:1")
+    path = os.path.join(env.store.records_dir, record.id.replace(":", "-") + ".json")
+
+    def on_disk() -> float:
+        with open(path, "rb") as f:
+            return float(json.loads(f.read())["last_used"])
+
+    pulled = on_disk()
+    env.clock.advance(TOUCH_WRITE_S)
+    first = await env.manager.lease("c1", record.id)
+    assert on_disk() == first.last_used == pulled + TOUCH_WRITE_S
+    env.clock.advance(TOUCH_WRITE_S - 1)
+    second = await env.manager.lease("c2", record.id)
+    assert second.last_used == first.last_used + TOUCH_WRITE_S - 1 == env.store.get(record.id).last_used
+    assert on_disk() == first.last_used  # less than a minute later: not rewritten
+    env.clock.advance(1)
+    third = await env.manager.lease("c3", record.id)
+    assert on_disk() == third.last_used
+
+
+async def test_a_lease_write_cut_before_its_rename_is_no_lease(env: Any) -> None:
+    await env.manager.start()
+    env.registry.add("app:1", [layer("a")])
+    record = await env.manager.pull(f"{REG}/app:1")
+    stray = os.path.join(env.store.leases_dir, "c1.json.0a1b2c3d.tmp")
+    with open(stray, "w") as f:
+        json.dump({"holder": "c1", "image": record.id, "since": 0}, f)
+    reopened = ImageManager(ImageStore(env.store.root, env.clock), env.registry, env.events, env.clock)
+    await reopened.start()
+    assert reopened.store.leases() == {} and not os.path.exists(stray)
+    await reopened.remove(record.id)  # nothing holds it
 
 
 async def test_import_oci_layout(env: Any) -> None:

@@ -64,8 +64,9 @@ def test_crun_runs_an_image_pod_where_it_works(make_agent: Callable[..., AgentPr
     assert int(agent.cg.read(container_cg, "memory", "memory.max")) == MEMORY
     inner = agent.cg.pids(f"{container_cg}/oci")
     assert inner and all(exe_of(p).endswith("busybox") for p in inner), [exe_of(p) for p in inner]
-    monitors = [exe_of(p) for p in agent.cg.pids(sandbox_cgroup(layout.pod_path("Guaranteed", uid)))]
-    assert any(m.endswith("/crun") for m in monitors), monitors  # the monitor is crun, charged to the pod
+    monitors = [exe_of(p) for p in agent.cg.pids(layout.RUNTIME_PATH)]
+    assert any(m.endswith("/crun") for m in monitors), monitors  # the monitor is crun, in the runtime's cgroup
+    assert agent.cg.pids(sandbox_cgroup(layout.pod_path("Guaranteed", uid))), "the sandbox, in the pod's cgroup"
     poll_until(lambda: "hello from crun" in log_of(agent, "web"), 20, "the container's output")
     state = Path(chosen["root"])
     assert state.is_dir() and os.listdir(state), "crun keeps its state under the agent's stateDir"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agent_harness import AgentProcess, container_status, poll_until
-from kernel_view import is_running
+from kernel_view import container_id_parts, is_running
 
 from images.test_images import _load_overlay_module
 from nodeagent.agent.cgroups import layout
@@ -102,8 +102,10 @@ def test_image_pod_runs_in_its_container_cgroup_with_its_limits_and_is_removed(
     limit = "memory.max" if agent.cg.version == 2 else "memory.limit_in_bytes"
     assert int(agent.cg.read(container_cg, "memory", limit)) == MEMORY
     assert any(os.readlink(f"/proc/{p}/exe").endswith("busybox") for p in pids)
-    # the runtime's monitor is charged to the pod, outside the container's limit
+    # the pod's sandbox is charged to the pod, the runtime's monitor to the runtime's own cgroup
     assert agent.cg.pids(sandbox_cgroup(layout.pod_path("Guaranteed", uid)))
+    monitor, _ = container_id_parts(container_status(pod)["containerID"])
+    assert monitor in agent.cg.pids(layout.RUNTIME_PATH), agent.cg.pids(layout.RUNTIME_PATH)
 
     # the logs, through the agent's log API: env (downward API too), hostname, QoS oom_score_adj
     poll_until(lambda: len(log_of(agent, "web").splitlines()) >= 3, 20, "the container's output")

@@ -7,7 +7,9 @@ log file, `runc state`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -200,3 +202,17 @@ async def test_sandbox_survives_a_restart_of_its_owner(pod: Pod):
     again = Sandbox(pod.sandbox.state_dir, pod.sandbox.procs_files)  # what a restarted agent makes
     assert again.ensure() == pid
     assert subprocess.run(["nsenter", "-t", str(pid), "-u", "hostname"], capture_output=True, text=True).returncode == 0
+
+
+async def test_a_sandbox_that_dies_before_it_is_ready_is_replaced(pod: Pod):
+    """start() spawns it and returns at once (the bundle is made meanwhile); ensure() waits for
+    its namespaces and records it, or spawns a new one when it died in between."""
+    first = pod.sandbox.start()
+    os.kill(first, signal.SIGKILL)
+    os.waitpid(first, 0)
+    second = pod.sandbox.ensure()
+    assert second != first
+    for ns in ("ipc", "uts"):
+        assert os.readlink(f"/proc/{second}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
+    assert json.loads(Path(pod.sandbox.record_path).read_text())["pid"] == second
+    assert pod.sandbox.ensure() == second  # ready: no new process

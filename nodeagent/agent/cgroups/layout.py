@@ -4,6 +4,8 @@
     kubepods/pod<uid>/<container>   Guaranteed pods sit directly under kubepods
     kubepods/burstable/pod<uid>/<container>
     kubepods/besteffort/pod<uid>/<container>
+    nodeagent-runtime/              the OCI runtime's monitors (`runc run`, one per image container):
+                                    the kubelet's runtimeCgroups, outside kubepods and the pods' limits
 
 Values follow the kubelet: pkg/kubelet/cm/helpers_linux.go (ResourceConfigForPod),
 qos_container_manager_linux.go (setCPUCgroupConfig), node_container_manager_linux.go
@@ -32,6 +34,7 @@ KUBEPODS = "kubepods"
 BURSTABLE_PATH = "kubepods/burstable"
 BESTEFFORT_PATH = "kubepods/besteffort"
 POD_PREFIX = "pod"
+RUNTIME_PATH = "nodeagent-runtime"
 QOS_PARENTS = (KUBEPODS, BURSTABLE_PATH, BESTEFFORT_PATH)  # where pod<uid> directories live
 _QOS_PARENT: dict[str, str] = {
     GUARANTEED: KUBEPODS,

@@ -22,6 +22,7 @@ import hashlib
 import os
 import platform
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,9 @@ class ImageManager:
         self.backoff = PullBackoff(clock)
         self._last_error: dict[str, E.ImageError] = {}
         self._lock = asyncio.Lock()
+        # leases and releases (one per container start and removal): a thread of their own, so a
+        # burst of starts does not queue each one behind the bundles being made on the default pool
+        self._leases_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="image-leases")
         self._inflight: dict[tuple[str, tuple[Credential | None, ...]], asyncio.Task[ImageRecord]] = {}
         self._progress: dict[str, Progress] = {}
         self._sweep_pending = False
@@ -261,11 +265,12 @@ class ImageManager:
     # ---- leases ----
     async def lease(self, holder: str, image_id: str) -> ImageRecord:
         async with self._lock:
-            return await asyncio.to_thread(self.store.lease, holder, image_id)
+            return await asyncio.get_running_loop().run_in_executor(self._leases_io, self.store.lease, holder,
+                                                                    image_id)
 
     async def release(self, holder: str) -> bool:
         async with self._lock:
-            return await asyncio.to_thread(self.store.release, holder)
+            return await asyncio.get_running_loop().run_in_executor(self._leases_io, self.store.release, holder)
 
     def holders(self, image_id: str) -> list[str]:
         """Who holds a lease on the image."""

@@ -46,6 +46,7 @@ from nodeagent.core.errors import FieldError
 
 log = structlog.get_logger(__name__)
 
+TOUCH_WRITE_S = 60.0  # how far last_used on disk may lag the store's (touch)
 _HOLDER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,199}")
 
 
@@ -76,6 +77,25 @@ def atomic_write(path: str, data: bytes) -> None:
     fsync_dir(directory)
 
 
+def replace_file(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Temp file and rename, without fsync: a reader sees all of the file or none of it, but a
+    machine crash may lose it. For files rewritten before every container start (config.json,
+    /etc/hosts...) or naming processes (the sandbox record), which a crash makes moot anyway;
+    an agent killed with SIGKILL loses nothing (the page cache stays). The fsyncs of a durable
+    write cost 5-12 ms (p50-p90) on this busy disk."""
+    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), "wb") as f:
+            if mode & 0o077:
+                os.fchmod(f.fileno(), mode)  # past the umask
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A fetched image whose layers are all in the store, not yet recorded."""
@@ -94,6 +114,7 @@ class ImageStore:
         self.leases_dir = os.path.join(root, "leases")
         self.tmp = os.path.join(root, "tmp")
         self._records: dict[str, ImageRecord] = {}
+        self._used_on_disk: dict[str, float] = {}  # image id -> last_used of its record on disk
         self._leases: dict[str, str] = {}
 
     # ---- opening ----
@@ -123,9 +144,13 @@ class ImageStore:
                 os.unlink(path)
                 continue
             self._records[record.id] = record
+            self._used_on_disk[record.id] = record.last_used
         self._leases.clear()
         for name in sorted(os.listdir(self.leases_dir)):
             path = os.path.join(self.leases_dir, name)
+            if name.endswith(".tmp"):
+                os.unlink(path)  # a write that never reached its rename
+                continue
             try:
                 with open(path, "rb") as f:
                     data = json.loads(f.read())
@@ -304,6 +329,7 @@ class ImageStore:
     def _write(self, record: ImageRecord) -> None:
         atomic_write(os.path.join(self.records_dir, record.id.replace(":", "-") + ".json"), record.to_json())
         self._records[record.id] = record
+        self._used_on_disk[record.id] = record.last_used
 
     def tag(self, record: ImageRecord, tags: Iterable[str] = (), digests: Iterable[str] = ()) -> ImageRecord:
         updated = record.with_names(list(tags), list(digests))
@@ -313,19 +339,29 @@ class ImageStore:
         return updated
 
     def touch(self, image_id: str) -> ImageRecord:
+        """last_used = now; the record is rewritten (durably) only once the one on disk is
+        TOUCH_WRITE_S older: GC orders by it and counts its ages in minutes (imageMinimumGCAge
+        2m), so a burst of starts from one image writes its record once, not once per container."""
         record = self._records[image_id]
         updated = replace(record, last_used=self.clock.wall())
-        self._write(updated)
+        if updated.last_used - self._used_on_disk.get(image_id, 0.0) >= TOUCH_WRITE_S:
+            self._write(updated)
+        else:
+            self._records[image_id] = updated
         return updated
 
     # ---- leases ----
     def lease(self, holder: str, image_id: str) -> ImageRecord:
-        """Record that `holder` (a container) uses the image; durable before it returns."""
+        """Record that `holder` (a container) uses the image, in a file that survives a SIGKILL
+        of the agent but is not fsynced: the container it names does not survive a machine crash
+        either, and after one the restored pod leases again before it starts. The four fsyncs of a
+        durable lease and record, one lease after another behind the manager's lock, held the
+        starts of a 100-pod burst 1.9 s at p50."""
         validate_holder(holder)
         if image_id not in self._records:
             raise NotPresent(f"no image {image_id} on this node")
         path = os.path.join(self.leases_dir, f"{holder}.json")
-        atomic_write(path, json.dumps({"holder": holder, "image": image_id, "since": self.clock.wall()}).encode())
+        replace_file(path, json.dumps({"holder": holder, "image": image_id, "since": self.clock.wall()}).encode())
         self._leases[holder] = image_id
         return self.touch(image_id)
 

@@ -101,10 +101,13 @@ class PodManager:
 
     # ---- setup ----
     def setup_cgroups(self) -> None:
-        """kubepods (limited to the enforced allocatable when enforced) and its QoS tiers."""
+        """kubepods (limited to the enforced allocatable when enforced) and its QoS tiers; with an
+        OCI runtime, the cgroup of its monitors next to kubepods (layout.RUNTIME_PATH)."""
         driver = self.env.driver
         spec = layout.kubepods_spec(self.enforced_allocatable) if self.enforced_allocatable else CgroupSpec()
         driver.create(layout.KUBEPODS, spec)
+        if self.env.oci is not None:
+            driver.create(layout.RUNTIME_PATH, CgroupSpec())
         self.update_qos_cgroups()
 
     def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:

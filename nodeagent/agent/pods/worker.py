@@ -222,7 +222,7 @@ class PodWorker:
         driver.create(self.plan.cgroup_path, self.resize.pod_cgroup_spec(self.plan))
         for c in self.plan.all_containers:
             driver.create(c.cgroup_path, self.resize.container_cgroup_spec(c))
-        if any(c.from_image for c in self.plan.all_containers):  # the sandbox and the runtime's monitors
+        if any(c.from_image for c in self.plan.all_containers):  # the sandbox and the runtime's exec sessions
             driver.create(sandbox_cgroup(self.plan.cgroup_path), CgroupSpec())
 
     def _container_worker(self, c: ContainerPlan) -> ContainerWorker:

@@ -8,26 +8,28 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
      pod's directory on nodefs (rootfs.py);
   3. the user is resolved against the image's /etc/passwd and /etc/group (read inside the rootfs,
      never through a symlink leaving it) and config.json is written atomically (bundle.py);
-  4. `runc run --bundle DIR ID` is spawned through the spawn shim into the pod's sandbox cgroup,
-     with the container's log file as stdout and stderr and its stdin FIFO, if any, as stdin (the
-     runtime copies its stdio to and from the container's; for `tty: true` the monitor's stdio is
-     the run's terminal, which it relays to the container's console: stdio_holder.py): the
-     monitor's PID is what the worker watches (pidfd), signals (runc forwards SIGTERM to the
-     container) and checkpoints; its exit status is the container's (128+n for a
-     signal). The container itself runs in `<container cgroup>/oci`, a child of the cgroup the
-     agent created with the container's limits: the runtime removes its own child when the
-     container ends (runc only once it is deleted: `--keep`), the agent's cgroup (limits, OOM-kill
-     counter) stays.
+  4. `runc run --bundle DIR ID` is spawned through the spawn shim into the runtime's own cgroup
+     (layout.RUNTIME_PATH, next to kubepods, as containerd's shims live in the runtime's cgroup and
+     not in the pod's: in the pod's cgroup its CPU quota throttled runc's own start, 10 ms of CPU
+     per 100 ms at a 100m limit; README.md, "Start figures (image pods)"), with the container's
+     log file as stdout and stderr and its stdin FIFO, if any, as stdin (the runtime copies its
+     stdio to and from the container's; for `tty: true` the monitor's stdio is the run's
+     terminal, which it relays to the container's console: stdio_holder.py): the monitor's PID is
+     what the worker watches (pidfd), signals (runc forwards SIGTERM to the container) and
+     checkpoints; its exit status is the container's (128+n for a signal). The container itself
+     runs in `<container cgroup>/oci`, a child of the cgroup the agent created with the
+     container's limits: the runtime removes its own child when the container ends (runc only
+     once it is deleted: `--keep`), the agent's cgroup (limits, OOM-kill counter) stays.
 
 The monitors cost one small process per container (runc 1.1: ~10 MB RSS; crun less), what
-containerd's shim costs per pod; in exchange nothing of the agent is a parent of a container
-that must outlive it.
+containerd's shim costs per pod, charged to the runtime's cgroup and not to the pod (no pod
+overhead is declared); in exchange nothing of the agent is a parent of a container that must
+outlive it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import posixpath
@@ -43,6 +45,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
+from nodeagent.agent.images.store import replace_file
 from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.bundle import SANDBOX_OOM_SCORE_ADJ, ContainerBundle, config_json
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
@@ -178,21 +181,6 @@ class OciExec:
         return True
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Temp file and rename: the runtime reads all of it or none, but nothing is fsynced. For
-    config.json, written again before every start and read by the runtime at once: durability
-    would buy nothing and the fsyncs of a durable write cost 5-12 ms (p50-p90) on this busy disk."""
-    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), "wb") as f:
-            f.write(data)  # 0600: the env in it may hold secrets
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def monitor_launch(argv: Sequence[str], container: LaunchSpec) -> LaunchSpec:
     """The runtime's monitor with the container's stdio: `runc run` in the foreground copies its
     stdin (the container's FIFO) to the container's, or relays its terminal (this run's pty slave,
@@ -238,13 +226,16 @@ class OciRuntime:
 
     def prepare(self, dirs: BundleDirs, lowerdirs: Sequence[str], make_bundle: MakeBundle,
                 sandbox: Sandbox | None) -> ContainerBundle:
-        """Steps 1-3: the bundle on disk, ready to run (blocking: mounts and an fsync)."""
+        """Steps 1-3: the bundle on disk, ready to run (blocking: a mount, a few files). The
+        sandbox's `unshare` runs meanwhile: only the runtime needs its namespaces, not config.json."""
+        pid = sandbox.start() if sandbox is not None else None
         os.makedirs(dirs.root, mode=0o700, exist_ok=True)
         rootfs.mount_overlay(lowerdirs, dirs.upper, dirs.work, dirs.rootfs)
         passwd = read_in_rootfs(dirs.rootfs, "/etc/passwd")
         group = read_in_rootfs(dirs.rootfs, "/etc/group")
-        pid = sandbox.ensure() if sandbox is not None else None
         bundle = make_bundle(passwd, group, pid)
+        if sandbox is not None and (ready := sandbox.ensure()) != pid:  # it died meanwhile: a new one
+            bundle = make_bundle(passwd, group, ready)
         replace_file(dirs.config, json.dumps(config_json(bundle)).encode())
         return bundle
 
@@ -263,14 +254,15 @@ class OciRuntime:
 
         return start
 
-    def monitor_spawner(self, cid: str, dirs: BundleDirs, sandbox: Sandbox | None,
+    def monitor_spawner(self, cid: str, dirs: BundleDirs, monitor_procs: Callable[[], list[str]],
                         container_pids: Callable[[], list[int]],
                         ) -> Callable[[LaunchSpec, str, Sequence[str], int | None], Spawned]:
-        """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, with a
-        ready signal: the container reads Running once its own process (no longer the runtime's
-        init) is in its cgroup (`container_pids`: the runtime's child of the container cgroup)."""
+        """A Spawner for a bundle already prepared (`prepare`, off the loop): only step 4, the
+        monitor in the cgroup of `monitor_procs`, with a ready signal: the container reads Running
+        once its own process (no longer the runtime's init) is in its cgroup (`container_pids`:
+        the runtime's child of the container cgroup)."""
         def start(launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
-            files = sandbox.procs_files() if sandbox is not None else []
+            files = monitor_procs()
             monitor = monitor_launch(self.run_argv(dirs.root, cid), launch)
             sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
