@@ -41,15 +41,17 @@ HOUSEKEEPING_S = 1.0
 START_TIMEOUT_S = 60.0  # the UML guest imports the agent from hostfs: a few seconds
 
 
-def poll_until(fn: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """fn()'s first truthy value; AssertionError naming `what` (and the last value) at the deadline."""
+def poll_until(fn: Callable[[], T], timeout: float, what: str | Callable[[], str], interval: float = 0.05) -> T:
+    """fn()'s first truthy value; AssertionError naming `what` (and the last value) at the deadline.
+    A callable `what` is called then, so an agent's log tail in it is the log at the failure."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {value!r}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout}s waiting for {said}; last value: {value!r}")
         time.sleep(interval)
 
 

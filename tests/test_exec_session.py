@@ -119,3 +119,27 @@ async def test_kill_ends_the_process_group() -> None:
         session.close()
     with pytest.raises(ProcessLookupError):
         os.kill(session.pid, 0)
+
+
+async def test_kill_waits_for_the_runtime_to_name_what_it_started(tmp_path: Path) -> None:
+    """Through a runtime, killing the runtime before it has named the exec'd process (its pid file)
+    would leave that process running in the container: kill() asks again until it is named."""
+    named = tmp_path / "named"
+    asked: list[bool] = []
+
+    def on_kill() -> bool:
+        asked.append(named.exists())
+        return named.exists()
+
+    session = ExecSession.start(spec("sleep 30"), [], None, stdin=True, stdout=True, stderr=False, tty=False)
+    try:
+        session.on_kill = on_kill
+        session.kill()
+        await asyncio.sleep(0.3)
+        assert not session.exit_code.done(), "the runtime was killed before it named the command"
+        assert len(asked) >= 3 and not any(asked)
+        named.touch()
+        assert await asyncio.wait_for(session.exit_code, 5) == 137
+        assert asked[-1] is True
+    finally:
+        session.close()

@@ -42,6 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
         server.stop()
         raise
     try:
+        until(lambda: registered(server, "n1"), 30, "the agent's Node with its API address")  # it registers on its own
         yield server, agent
         server.kubectl("delete", "pods", "--all", "--timeout=30s", timeout=40)  # else the sync starts them again
     finally:
@@ -49,6 +50,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureSe
             agent.stop()
         finally:
             server.stop()
+
+
+def registered(server: SecureServer, node: str) -> bool:
+    """The Node exists and names where its agent listens (what logs, exec and the node proxy dial)."""
+    res = server.kubectl("get", "node", node, "-o", "json", check=False)
+    if res.returncode != 0:
+        return False
+    meta = json.loads(res.stdout)
+    return bool(meta["metadata"].get("annotations", {}).get("nodeagent.io/api-url")
+                or meta.get("status", {}).get("daemonEndpoints", {}).get("kubeletEndpoint", {}).get("Port"))
 
 
 def ready(server: SecureServer, name: str) -> None:

@@ -73,7 +73,7 @@ def test_crun_runs_an_image_pod_where_it_works(make_agent: Callable[..., AgentPr
 
     status, _ = agent.delete("web", grace=2)
     assert status == 200
-    poll_until(lambda: agent.pod("web") is None, 30, "the pod to be removed\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("web") is None, 30, lambda: "the pod to be removed\n" + agent.log_tail())
     assert not rootfs.mounts_under(str(agent.state_dir)), "a mount was left behind"
     assert not runtime_leftovers(agent, uid)
     assert not os.listdir(state), "crun state was left behind"

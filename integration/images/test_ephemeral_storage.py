@@ -37,7 +37,7 @@ def test_pods_and_containers_over_their_ephemeral_storage_limit_are_evicted(
         def check() -> dict[str, Any] | None:
             p = agent.pod(name)
             return p if p is not None and p["status"].get("reason") == "Evicted" else None
-        return dict(poll_until(check, 240, f"{name} to be evicted\n" + agent.log_tail())["status"])
+        return dict(poll_until(check, 240, lambda: f"{name} to be evicted\n" + agent.log_tail())["status"])
 
     status = evicted("pod-over")
     assert status["phase"] == "Failed", status

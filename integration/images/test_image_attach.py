@@ -48,7 +48,8 @@ def test_attach_to_image_containers_across_an_agent_restart(
     pod(server, registry, "term", "[ -t 0 ] && [ -t 1 ] && echo tty-yes; read a; sleep 0.5; "
                                   "echo got-$a $(busybox stty size); exit 3", stdin=True, tty=True)
     for name in ("reader", "once", "term"):
-        poll_until(lambda name=name: agent.pod(name) is not None, 60, f"{name} on the agent\n" + agent.log_tail())
+        poll_until(lambda name=name: agent.pod(name) is not None, 60,
+                   lambda name=name: f"{name} on the agent\n" + agent.log_tail())
         wait_state(agent, name, "running", 240)
     poll_until(lambda: "tty-yes" in server.kubectl("logs", "term").stdout, 30, "the container on its console")
     assert server.kubectl("logs", "once").stdout == "waiting\n"  # stdinOnce: empty, no EOF, until attached

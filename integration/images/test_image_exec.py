@@ -79,7 +79,7 @@ def box(joined: tuple[Any, AgentProcess], registry: Any) -> Iterator[tuple[Any, 
     path = server.tmp / "box.json"
     path.write_text(json.dumps(body))
     server.kubectl("apply", "-f", str(path))
-    poll_until(lambda: agent.pod("box") is not None, 60, "the pod on the agent\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("box") is not None, 60, lambda: "the pod on the agent\n" + agent.log_tail())
     wait_state(agent, "box", "running", 240)
     pod = agent.pod("box")
     assert pod is not None
@@ -131,12 +131,12 @@ def a_client_that_goes_takes_its_exec_with_it(server: Any, agent: AgentProcess, 
                             env={"HOME": str(server.tmp), "PATH": "/usr/bin:/bin"})
     try:
         poll_until(lambda: any("sleep 1234" in cmdline(p) for p in container_pids(agent, uid)), 30,
-                   "the exec'd sleep in the container's cgroup\n" + agent.log_tail())
+                   lambda: "the exec'd sleep in the container's cgroup\n" + agent.log_tail())
     finally:
         proc.kill()
         proc.wait(10)
     poll_until(lambda: not any("sleep 1234" in cmdline(p) for p in container_pids(agent, uid)), 30,
-               "the exec'd sleep to be killed\n" + agent.log_tail())
+               lambda: "the exec'd sleep to be killed\n" + agent.log_tail())
     assert any("sleep 300" in cmdline(p) for p in container_pids(agent, uid)), "the container itself stays"
 
 

@@ -119,7 +119,7 @@ def test_image_pod_runs_in_its_container_cgroup_with_its_limits_and_is_removed(
 
     status, _ = agent.delete("web", grace=2)
     assert status == 200
-    poll_until(lambda: agent.pod("web") is None, 30, "the pod to be removed\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("web") is None, 30, lambda: "the pod to be removed\n" + agent.log_tail())
     assert not rootfs.mounts_under(str(agent.state_dir)), "a mount was left behind"
     assert not list(bundle.rglob("oci")), "a bundle was left behind"
     assert uid not in agent.pod_cgroups(), agent.pod_cgroups()
@@ -203,7 +203,7 @@ def test_an_image_container_is_adopted_after_the_agent_is_killed(make_agent: Cal
     assert set(agent.cg.pids(oci)) == inner
     status, _ = agent.delete("web", grace=1)
     assert status == 200
-    poll_until(lambda: agent.pod("web") is None, 30, "the pod to be removed\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("web") is None, 30, lambda: "the pod to be removed\n" + agent.log_tail())
     assert not rootfs.mounts_under(str(agent.state_dir)), "a mount was left behind"
     assert not runtime_leftovers(agent, uid)
     assert all(not is_running(p) for p in inner), [Path(f"/proc/{p}/status").read_text()[:300] for p in inner]

@@ -99,7 +99,7 @@ def test_exec_probes_and_hooks_run_inside_an_image_container(
     # liveness: the file goes, `cat` fails, the container is killed and restarted once
     (out / "break").touch()
     poll_until(lambda: container_status(agent.pod("probed") or {}, "main").get("restartCount") == 1, 120,
-               "main restarted by its liveness probe\n" + agent.log_tail())
+               lambda: "main restarted by its liveness probe\n" + agent.log_tail())
     events = events_of(agent)
     liveness = [i for i, (r, m) in enumerate(events) if r == "Unhealthy" and m.startswith("Liveness probe failed")]
     killing = [i for i, (r, _) in enumerate(events) if r == "Killing"]
@@ -116,5 +116,5 @@ def test_exec_probes_and_hooks_run_inside_an_image_container(
     # deletion: preStop before SIGTERM again
     status, _ = agent.delete("probed")
     assert status == 200
-    poll_until(lambda: agent.pod("probed") is None, 120, "the pod to be removed\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("probed") is None, 120, lambda: "the pod to be removed\n" + agent.log_tail())
     assert (out / "order").read_text() == "prestop\nterm\nprestop\nterm\n"

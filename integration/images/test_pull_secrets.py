@@ -59,7 +59,7 @@ def test_pull_secrets_from_the_api_authenticate_the_pull(server: Any, make_agent
     # without a usable secret: ErrImagePull (then ImagePullBackOff) with the registry's 401
     apply(server, secret_pod("denied", image, ["wrong", "missing"]))
     poll_until(lambda: waiting_of(server, "denied").get("reason") in ("ErrImagePull", "ImagePullBackOff"), 120,
-               "the pull to be refused\n" + agent.log_tail())
+               lambda: "the pull to be refused\n" + agent.log_tail())
     message = waiting_of(server, "denied")["message"]
     assert "unauthorized: authentication required (the registry answered 401 Unauthorized)" in message, message
     events = [(e["reason"], e["message"]) for e in agent.request("GET", "/api/v1/events")[1]["items"]
@@ -73,7 +73,7 @@ def test_pull_secrets_from_the_api_authenticate_the_pull(server: Any, make_agent
 
     # with the right password among its secrets: it runs
     apply(server, secret_pod("allowed", image, ["wrong", "right"]))
-    poll_until(lambda: agent.pod("allowed") is not None, 60, "the pod on the agent\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("allowed") is not None, 60, lambda: "the pod on the agent\n" + agent.log_tail())
     wait_state(agent, "allowed", "running", 240)
     digest = basic_registry.digests["small"]
 

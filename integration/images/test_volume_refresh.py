@@ -46,9 +46,9 @@ def test_config_map_and_label_changes_reach_the_running_container(
     path = server.tmp / "conf-pod.json"
     path.write_text(json.dumps(body))
     server.kubectl("apply", "-f", str(path))
-    poll_until(lambda: agent.pod("conf") is not None, 60, "the pod on the agent\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("conf") is not None, 60, lambda: "the pod on the agent\n" + agent.log_tail())
     wait_state(agent, "conf", "running", 240)
-    poll_until(lambda: last_line(agent) == 'v1 v1 tier="a"', 30, "the first files\n" + agent.log_tail())
+    poll_until(lambda: last_line(agent) == 'v1 v1 tier="a"', 30, lambda: "the first files\n" + agent.log_tail())
 
     pod_dir = Path(glob.glob(str(agent.state_dir / "pods" / "default_conf_*"))[0])
     volume = pod_dir / "_volumes" / "kubernetes.io~configmap" / "conf"

@@ -112,7 +112,7 @@ def test_a_read_only_host_path_cannot_be_written_and_a_sub_path_is_made(
     agent.create_ok(pod("nohost", f"{registry.host}/test/small:1", [c],
                         [{"name": "h", "hostPath": {"path": str(host / "in.txt"), "type": "Directory"}}]))
     poll_until(lambda: state_of(agent, "nohost").get("waiting", {}).get("reason") == "CreateContainerError", 120,
-               "CreateContainerError\n" + agent.log_tail())
+               lambda: "CreateContainerError\n" + agent.log_tail())
     message = state_of(agent, "nohost")["waiting"]["message"]
     assert 'volume "h"' in message and "is not a directory" in message, message
     remove(agent, "nohost")
@@ -144,7 +144,7 @@ def test_sub_paths_that_leave_their_volume_are_refused(make_agent: Callable[...,
     app = container("main", "cat /x/hostname; exec sleep 300", [{"name": "data", "mountPath": "/x", "subPath": "esc"}])
     agent.create_ok(pod("escape", image, [app], [{"name": "data", "emptyDir": {}}], init=[plant], restart="Never"))
     poll_until(lambda: state_of(agent, "escape").get("waiting", {}).get("reason") == "CreateContainerConfigError",
-               240, "CreateContainerConfigError\n" + agent.log_tail())
+               240, lambda: "CreateContainerConfigError\n" + agent.log_tail())
     message = state_of(agent, "escape")["waiting"]["message"]
     assert "outside the volume" in message, message
     remove(agent, "escape")
@@ -171,7 +171,7 @@ def test_config_map_and_secret_volumes_come_from_the_server(server: Any, make_ag
     path = server.tmp / "conf-pod.json"
     path.write_text(json.dumps(body))
     server.kubectl("apply", "-f", str(path))
-    poll_until(lambda: agent.pod("conf") is not None, 60, "the pod on the agent\n" + agent.log_tail())
+    poll_until(lambda: agent.pod("conf") is not None, 60, lambda: "the pod on the agent\n" + agent.log_tail())
     wait_state(agent, "conf", "running", 240)
     lines = wait_log(agent, "conf", "main", 5)
     assert lines == ["hello-from-configmap", "x", "s3cret", "greeting", "sub"], lines
@@ -195,7 +195,7 @@ def test_an_empty_dir_over_its_size_limit_gets_its_pod_evicted(make_agent: Calla
         p = agent.pod("filler")
         return p if p is not None and p["status"].get("reason") == "Evicted" else None
 
-    status = poll_until(evicted, 240, "the pod to be evicted\n" + agent.log_tail())["status"]
+    status = poll_until(evicted, 240, lambda: "the pod to be evicted\n" + agent.log_tail())["status"]
     assert status["phase"] == "Failed", status
     assert status["message"] == 'Usage of EmptyDir volume "data" exceeds the limit "1Mi". ', status
     events = agent.request("GET", "/api/v1/events")[1]["items"]

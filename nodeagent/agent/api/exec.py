@@ -91,7 +91,9 @@ async def exec_handler(request: web.Request, backend: AgentBackend) -> web.Strea
         code = await _serve(ws, session, v5=protocol == rc.V5)
     finally:
         session.close()
-        launch.release()
+        # a kill may still be reading the runtime's pid file (it is written a moment after the
+        # command starts): it goes once the runtime has exited
+        session.exit_code.add_done_callback(lambda _: launch.release())
     if code is not None:
         log.info("exec_finished", pod=f"{ns}/{name}", container=opts.container, exit_code=code)
         with contextlib.suppress(ConnectionResetError):

@@ -40,6 +40,7 @@ import structlog
 from nodeagent.agent.probes.poller import poller, until
 from nodeagent.agent.probes.results import MAX_OUTPUT, ProbeOutcome, failure, success, unknown
 from nodeagent.agent.runtime.cgroup_handle import CgroupHandle
+from nodeagent.agent.runtime.exec_session import KILL_RETRY_S, KILL_TRIES
 from nodeagent.agent.runtime.oci.runtime import OciExec
 from nodeagent.agent.runtime.spawn import SETUP_FAILED, LaunchSpec, Spawned, spawn_unidentified
 from nodeagent.agent.runtime.state import reap_exit_code
@@ -48,8 +49,6 @@ from nodeagent.core.names import quote
 log = structlog.get_logger(__name__)
 
 Spawner = Callable[[LaunchSpec, str, Sequence[str], "int | None"], Spawned]
-KILL_RETRY_S = 0.05  # how often a kill asks the runtime's pid file again
-KILL_TRIES = 100  # then (5 s) the runtime is killed anyway
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 CHUNK = 64 * 1024
 MAX_QUEUED = 32
 STDOUT, STDERR = 1, 2
+KILL_RETRY_S = 0.05  # how often a kill asks again for the process a runtime exec'd (its pid file)
+KILL_TRIES = 100  # then (5 s) the runtime is killed anyway
 
 
 class ExecUnavailable(Exception):
@@ -54,7 +56,9 @@ class ExecSession:
         self.drain_s = drain_s
         self.exit_code: asyncio.Future[int] = self.loop.create_future()
         self._ended = False
-        self.on_kill: Callable[[], object] | None = None  # what else kill() ends (a runtime's exec'd process)
+        # what else kill() ends (a runtime's exec'd process); False while that is not known yet
+        self.on_kill: Callable[[], bool] | None = None
+        self.kill_tries = 0
         for fd in self.outputs:
             self.loop.add_reader(fd, self._read, fd)
         self.loop.add_reader(pidfd, self._reap)
@@ -201,9 +205,13 @@ class ExecSession:
         self.loop.call_later(self.drain_s, self._drain_and_end)
 
     def kill(self) -> None:
-        if self.on_kill is not None:
-            self.on_kill()
         if self.pidfd < 0:
+            return
+        if self.on_kill is not None and not self.on_kill() and self.kill_tries < KILL_TRIES:
+            # the runtime runs the command but has not named its process yet: killing the runtime
+            # now would leave the command running in the container, so it is asked again shortly
+            self.kill_tries += 1
+            self.loop.call_later(KILL_RETRY_S, self.kill)
             return
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
