@@ -92,6 +92,7 @@ class FakeOci:
     bundle's argv as a host process through the spawn shim (Running once it is in its cgroup)."""
 
     name = "fake"
+    hands_over_console = False  # a tty run gets a terminal of the run's, as under runc
 
     def __init__(self, errors: Sequence[Exception] = ()) -> None:
         self.errors = list(errors)

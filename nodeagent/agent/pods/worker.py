@@ -235,10 +235,13 @@ class PodWorker:
                 self._container_changed(c, worker, status)
 
         extra: dict[str, Any] = {}
+        config = c.config
         if c.from_image:  # never a host process: the OCI runtime runs its bundle, or nothing runs
             image = self._image_container(c)
             extra = {"spawner": image.spawner(), "prepare": image.prepare} if image else {"prepare": self._no_runtime}
-        worker = ContainerWorker(c.config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
+            if image is not None and image.oci.hands_over_console:
+                config = replace(config, runtime_console=True)
+        worker = ContainerWorker(config, DriverCgroup(self.env.driver, c.cgroup_path), clock=self.env.clock,
                                  backoff=backoff, on_change=changed, steps=self.env.steps, **extra)
         return worker
 

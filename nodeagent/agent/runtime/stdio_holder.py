@@ -10,7 +10,9 @@ conmon or containerd's shim hold), for the two cases where the agent must not be
   which SIGWINCHes the terminal's foreground process group), and closes it when the session
   ends, so a restarted agent attaches to the same terminal the same way and the container never
   sees a hangup. For an image container the slave is the OCI runtime monitor's own terminal
-  (runc run in the foreground relays it to the container's console and forwards SIGWINCH).
+  (runc run in the foreground relays it to the container's console and forwards SIGWINCH);
+  crun hands the container's console itself to the agent, and its master is what the `cat`
+  holds (oci/console.py).
 - `stdinOnce: true` (without tty): the container reads its stdin FIFO opened read-only, and a
   `sleep infinity` holding the FIFO open for writing keeps it from reading EOF until the first
   attach session's input ends; then the agent kills the keeper and the container reads what
@@ -81,19 +83,30 @@ def start_tty(container_dir: str, log_path: str) -> tuple[Holder, int]:
     slave; until then the holder cannot read EIO. Blocking (a spawn and a small write)."""
     master, slave = os.openpty()
     try:
-        pid = os.posix_spawn(CAT, [CAT], {"PATH": _PATH}, setsid=True, setsigdef=_SIGDEF, setsigmask=(),
-                             file_actions=[(os.POSIX_SPAWN_DUP2, master, 0),
-                                           (os.POSIX_SPAWN_OPEN, 1, log_path,
-                                            os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
-                                           (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)])
-        holder = _identified(TTY, pid)
-        write_record(container_dir, holder)
+        holder = hold_terminal(container_dir, log_path, master)
     except BaseException:
         os.close(slave)
         raise
     finally:
         os.close(master)
     return holder, slave
+
+
+def hold_terminal(container_dir: str, log_path: str, master: int) -> Holder:
+    """A `cat` that holds the terminal `master` (the caller closes its own copy) and copies what
+    it says into `log_path`, recorded as the run's TTY holder. Blocking (a spawn, a small write)."""
+    pid = os.posix_spawn(CAT, [CAT], {"PATH": _PATH}, setsid=True, setsigdef=_SIGDEF, setsigmask=(),
+                         file_actions=[(os.POSIX_SPAWN_DUP2, master, 0),
+                                       (os.POSIX_SPAWN_OPEN, 1, log_path,
+                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE),
+                                       (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)])
+    holder = _identified(TTY, pid)
+    try:
+        write_record(container_dir, holder)
+    except BaseException:
+        _kill(holder)
+        raise
+    return holder
 
 
 def start_stdin_keeper(container_dir: str, fifo: str) -> Holder:

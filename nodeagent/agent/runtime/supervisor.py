@@ -98,6 +98,7 @@ class ContainerConfig:
     pod_namespace: str = "default"
     pod_uid: str = ""
     image: str = ""
+    runtime_console: bool = False  # tty: the OCI runtime makes the terminal and hands it over (oci/console.py)
 
 
 @dataclass
@@ -275,6 +276,8 @@ class ContainerWorker:
         self._release_keeper()  # an earlier run's
         if launch.stdin:
             recreate_fifo(launch.stdin)
+        if launch.tty and self.config.runtime_console:
+            return launch, None  # no terminal of the run's: the spawner takes the runtime's console
         if launch.tty:
             _, slave = stdio_holder.start_tty(self.config.log_dir, log_path)
             return replace(launch, terminal=os.ttyname(slave)), slave

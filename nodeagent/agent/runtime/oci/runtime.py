@@ -14,7 +14,8 @@ supervision, restart policy, back-off, logs and re-adoption are the host-process
      per 100 ms at a 100m limit; README.md, "Start figures (image pods)"), with the container's
      log file as stdout and stderr and its stdin FIFO, if any, as stdin (the runtime copies its
      stdio to and from the container's; for `tty: true` the monitor's stdio is the run's
-     terminal, which it relays to the container's console: stdio_holder.py): the monitor's PID is
+     terminal, which runc relays to the container's console: stdio_holder.py; crun hands the
+     console over instead: console.py): the monitor's PID is
      what the worker watches (pidfd), signals (runc forwards SIGTERM to the container) and
      checkpoints; its exit status is the container's (128+n for a signal). The container itself
      runs in `<container cgroup>/oci`, a child of the cgroup the agent created with the
@@ -46,6 +47,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from nodeagent.agent.images.store import replace_file
+from nodeagent.agent.runtime.oci import console as console_mod
 from nodeagent.agent.runtime.oci import rootfs
 from nodeagent.agent.runtime.oci.bundle import SANDBOX_OOM_SCORE_ADJ, ContainerBundle, config_json
 from nodeagent.agent.runtime.oci.sandbox import Sandbox
@@ -181,14 +183,18 @@ class OciExec:
         return True
 
 
-def monitor_launch(argv: Sequence[str], container: LaunchSpec) -> LaunchSpec:
+def monitor_launch(argv: Sequence[str], container: LaunchSpec, *, bundle_dir: str = "/") -> LaunchSpec:
     """The runtime's monitor with the container's stdio: `runc run` in the foreground copies its
     stdin (the container's FIFO) to the container's, or relays its terminal (this run's pty slave,
-    stdio_holder.py, made raw) to the console it creates for a `process.terminal` container."""
+    stdio_holder.py, made raw) to the console it creates for a `process.terminal` container. A
+    tty container without a terminal of the run's takes its console from the runtime (crun:
+    console.py): the monitor then has no stdin, and only its own messages go to the log. It runs
+    in the bundle directory (where the console socket's relative name points)."""
     if container.terminal:
         set_raw(container.terminal)
-    return LaunchSpec(tuple(argv), dict(RUNTIME_ENV), stdin=container.stdin, stdin_once=container.stdin_once,
-                      terminal=container.terminal)
+    stdin = None if container.tty and not container.terminal else container.stdin
+    return LaunchSpec(tuple(argv), dict(RUNTIME_ENV), working_dir=bundle_dir, stdin=stdin,
+                      stdin_once=container.stdin_once and stdin is not None, terminal=container.terminal)
 
 
 class OciRuntime:
@@ -200,11 +206,18 @@ class OciRuntime:
     def _argv(self, *args: str) -> list[str]:
         return [self.binary, "--root", self.root, *args]
 
-    def run_argv(self, bundle_dir: str, cid: str) -> list[str]:
+    @property
+    def hands_over_console(self) -> bool:
+        """A tty container's console comes from the runtime over a socket (console.py), instead
+        of the runtime relaying a terminal of the run's: crun's relay garbles the last output."""
+        return self.name == "crun"
+
+    def run_argv(self, bundle_dir: str, cid: str, *, console_socket: bool = False) -> list[str]:
         """runc keeps the dead container (`--keep`): its cgroup, and the OOM-kill counter v1 keeps
         only there, outlive the container until the agent has read them and deletes it."""
         keep = ["--keep"] if self.name == "runc" else []
-        return self._argv("run", *keep, "--bundle", bundle_dir, cid)
+        console = ["--console-socket", console_mod.SOCKET_NAME] if console_socket else []
+        return self._argv("run", *keep, *console, "--bundle", bundle_dir, cid)
 
     def exec_argv(self, cid: str, argv: Sequence[str]) -> list[str]:
         return self._argv("exec", cid, *argv)
@@ -263,8 +276,18 @@ class OciRuntime:
         the runtime's child of the container cgroup)."""
         def start(launch: LaunchSpec, log_path: str, _procs: Sequence[str], _adj: int | None) -> Spawned:
             files = monitor_procs()
-            monitor = monitor_launch(self.run_argv(dirs.root, cid), launch)
-            sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
+            take_console = launch.tty and not launch.terminal  # the supervisor left it to us
+            sock = console_mod.listen(dirs.root) if take_console else None
+            try:
+                monitor = monitor_launch(self.run_argv(dirs.root, cid, console_socket=sock is not None), launch,
+                                         bundle_dir=dirs.root)
+                sp = spawn(monitor, log_path, files, clamp_oom_score_adj(SANDBOX_OOM_SCORE_ADJ))
+            except BaseException:
+                if sock is not None:
+                    console_mod.close(sock, dirs.root)
+                raise
+            if sock is not None:
+                console_mod.hand_over(sock, dirs.root, os.path.dirname(log_path), log_path)
             log.info("oci_container_spawned", runtime=self.name, id=cid, monitor_pid=sp.pid)
             return replace(sp, ready_fd=watch_ready(sp.pid, container_pids))
 
