@@ -158,8 +158,10 @@ def measure(agent: AgentProc, seconds: float, label: str, probes_per_s: float = 
         print(f"probes      ~{probes:.0f} in the window: agent CPU {cpu / probes * 1e6:.0f} us per probe;"
               f" container restarts {restarts(agent) - restarted}")
     print(load.text(cpu))
-    print(f"target CPU <= 1%: {'MET' if cpu / wall <= 0.01 else 'MISSED'};"
-          f" target RSS <= 50 MiB: {'MET' if max(rss) <= 50 * MiB else 'MISSED'}")
+    cpu_target = ("CPU well under 5% with 1 s probes: "  # issue 11; "well under" is the reader's call
+                  f"{cpu / wall * 100:.2f}%") if probes_per_s else \
+        f"CPU <= 1%: {'MET' if cpu / wall <= 0.01 else 'MISSED'}"
+    print(f"target {cpu_target}; target RSS <= 50 MiB: {'MET' if max(rss) <= 50 * MiB else 'MISSED'}")
 
 
 def start_py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
