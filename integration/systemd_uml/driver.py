@@ -427,7 +427,11 @@ def step_watchdog() -> None:
     t0_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
     os.kill(old_pid, signal.SIGSTOP)  # the event loop (and every thread) stops: no more WATCHDOG=1
     t0 = now()
-    stopped_state = proc_state(old_pid)
+    # the signal takes effect when the agent next runs (in the 1-CPU guest, after this process
+    # yields): read its state until it shows stopped, briefly; the test checks what it saw last
+    deadline = time.monotonic() + 2.0
+    while (stopped_state := proc_state(old_pid)) not in ("T", None) and time.monotonic() < deadline:
+        time.sleep(0.005)
 
     def restarted() -> dict[str, str] | None:
         s = show("MainPID", "ActiveState", "SubState", "NRestarts", "Result")
