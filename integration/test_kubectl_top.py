@@ -28,6 +28,7 @@ pytestmark = MARKS
 BUSY = "while :; do :; done"
 HOLD = "import time; b = b'x' * (48 << 20); time.sleep(3600)"
 MEASURE_S = 4.0
+WINDOWS = 3  # windows measured until one agrees (see the end of the test)
 MiB = 1 << 20
 
 
@@ -72,21 +73,29 @@ def test_kubectl_top_matches_the_cgroups(server: SecureServer, make_agent: Calla
 
     poll_until(lambda: (rows := top(server, "pods", "-A")) and len(rows) == 2 and rows, 30,
                "kubectl top pods -A to show both pods")
-    k0, t0 = agent.cg.cpu_usage_usec(burn_path), time.monotonic()
-    time.sleep(MEASURE_S)  # the measurement window, not a wait for something to happen
-    pods = top(server, "pods", "-A")
-    k1, t1 = agent.cg.cpu_usage_usec(burn_path), time.monotonic()
-    hold_ws = working_set(agent, hold_path)
-    assert pods is not None
-    print("kubectl top pods -A:", pods)
-    kernel = (k1 - k0) / 1e6 / (t1 - t0)
-    rows = {(r[0], r[1]): r for r in pods}
-    assert set(rows) == {("default", "burn"), ("default", "hold")}
-    shown = int(rows[("default", "burn")][2].removesuffix("m")) / 1000
-    print(f"v{agent.cg.version} kubectl top: burn {shown * 1e3:.0f}m; cgroup files {kernel * 1e3:.1f}m; "
-          f"hold {rows[('default', 'hold')][3]} vs cgroup working set {hold_ws / MiB:.1f}Mi")
-    assert kernel > 0.1, f"the burner got {kernel:.3f} CPU: the machine is too loaded to measure"
-    assert abs(shown - kernel) <= 0.10 * kernel, (shown, kernel)
+    seen: list[tuple[float, float]] = []  # (kubectl top's CPU, the cgroup's rate) per window
+    for _ in range(WINDOWS):
+        k0, t0 = agent.cg.cpu_usage_usec(burn_path), time.monotonic()
+        time.sleep(MEASURE_S)  # the measurement window, not a wait for something to happen
+        pods = top(server, "pods", "-A")
+        k1, t1 = agent.cg.cpu_usage_usec(burn_path), time.monotonic()
+        hold_ws = working_set(agent, hold_path)
+        assert pods is not None
+        print("kubectl top pods -A:", pods)
+        kernel = (k1 - k0) / 1e6 / (t1 - t0)
+        rows = {(r[0], r[1]): r for r in pods}
+        assert set(rows) == {("default", "burn"), ("default", "hold")}
+        shown = int(rows[("default", "burn")][2].removesuffix("m")) / 1000
+        print(f"v{agent.cg.version} kubectl top: burn {shown * 1e3:.0f}m; cgroup files {kernel * 1e3:.1f}m; "
+              f"hold {rows[('default', 'hold')][3]} vs cgroup working set {hold_ws / MiB:.1f}Mi")
+        assert kernel > 0.1, f"the burner got {kernel:.3f} CPU: the machine is too loaded to measure"
+        seen.append((shown, kernel))
+        if abs(shown - kernel) <= 0.10 * kernel:
+            break
+    # the metric covers one to three seconds of the window: on a loaded guest the capped burner
+    # can get less than its cap in exactly those (157m against 199m over the window, once in CI);
+    # a figure off in every window is what this catches
+    assert abs(shown - kernel) <= 0.10 * kernel, seen
     hold_mi = int(rows[("default", "hold")][3].removesuffix("Mi"))
     assert hold_mi >= 48 and abs(hold_mi * MiB - hold_ws) <= 0.10 * hold_ws, (hold_mi, hold_ws)
 
