@@ -11,6 +11,7 @@ MAX_UPDATE_MANAGERS Update entries are kept, the oldest merged into one "ancient
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,12 @@ def _q(value: Any) -> str:
 def _seconds(time: str | None) -> int | None:
     if time is None:
         return 0
+    return _parsed_seconds(time)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_seconds(time: str) -> int | None:
+    """Cached: every write decodes and sorts its object's entries, whose times repeat."""
     try:
         return int(datetime.datetime.fromisoformat(time).timestamp())
     except ValueError:
