@@ -338,6 +338,22 @@ def test_duplicate_managers_are_refused() -> None:
         decode_managed_fields([entry, {**entry, "apiVersion": "v2"}])  # an applier's identity has no version
 
 
+def test_decoded_managed_fields_are_the_callers_own_and_errors_repeat() -> None:
+    """The decode cache (by the entries' text) answers like a decode: a fresh dict each time,
+    equal to an uncached decode, and a bad list refused on every read, not only the first."""
+    from nodeagent.cluster.patch import managedfields
+    raw = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "time": T[1], "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]
+    first, second = decode_managed_fields(raw), decode_managed_fields(copy.deepcopy(raw))
+    assert first == second == managedfields._decode_entries(raw) and first is not second
+    first.clear()
+    assert decode_managed_fields(raw) == second
+    bad = [raw[0], raw[0]]
+    for _ in range(2):
+        with pytest.raises(FieldError, match="duplicate entries for manager"):
+            decode_managed_fields(bad)
+
+
 def test_update_managers_are_capped_oldest_into_ancient_changes() -> None:
     obj: dict[str, Any] = cm()
     for i in range(MAX_UPDATE_MANAGERS + 3):
