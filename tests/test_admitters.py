@@ -130,6 +130,22 @@ async def test_priority_comes_from_the_class_or_the_global_default(reg: Registry
         in e.status["message"]
 
 
+async def test_priority_classes_changed_between_creates_are_seen(reg: Registry) -> None:
+    """The plugin keeps the classes it built while none changes: an update, a delete and a new
+    default class each show in the very next create."""
+    classes = reg.resource("scheduling.k8s.io", "v1", "priorityclasses")
+    await classes.create(None, {"metadata": {"name": "base"}, "value": 5, "globalDefault": True}, CTX)
+    assert (await pods(reg).create("default", pod("a"), CTX))["spec"]["priority"] == 5
+    assert (await pods(reg).create("default", pod("b"), CTX))["spec"]["priority"] == 5  # the kept classes
+    await classes.patch(None, "base", "merge", {"globalDefault": False}, CTX)
+    assert (await pods(reg).create("default", pod("c"), CTX))["spec"]["priority"] == 0
+    await classes.delete(None, "base", DeleteOptions(), CTX)
+    e = await refused(pods(reg).create("default", pod("d", priorityClassName="base"), CTX))
+    assert e.code == 403
+    await classes.create(None, {"metadata": {"name": "base"}, "value": 7, "globalDefault": True}, CTX)
+    assert (await pods(reg).create("default", pod("e"), CTX))["spec"]["priority"] == 7
+
+
 # ---- DefaultTolerationSeconds --------------------------------------------------------------------------
 async def test_default_toleration_seconds_added_unless_tolerated(reg: Registry) -> None:
     got = await pods(reg).create("default", pod("t"), CTX)

@@ -338,6 +338,22 @@ def test_duplicate_managers_are_refused() -> None:
         decode_managed_fields([entry, {**entry, "apiVersion": "v2"}])  # an applier's identity has no version
 
 
+def test_decoded_managed_fields_are_the_callers_own_and_errors_repeat() -> None:
+    """The decode cache (by the entries' text) answers like a decode: a fresh dict each time,
+    equal to an uncached decode, and a bad list refused on every read, not only the first."""
+    from nodeagent.cluster.patch import managedfields
+    raw = [{"manager": "m", "operation": "Update", "apiVersion": "v1", "time": T[1], "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:data": {"f:a": {}}}}]
+    first, second = decode_managed_fields(raw), decode_managed_fields(copy.deepcopy(raw))
+    assert first == second == managedfields._decode_entries(raw) and first is not second
+    first.clear()
+    assert decode_managed_fields(raw) == second
+    bad = [raw[0], raw[0]]
+    for _ in range(2):
+        with pytest.raises(FieldError, match="duplicate entries for manager"):
+            decode_managed_fields(bad)
+
+
 def test_update_managers_are_capped_oldest_into_ancient_changes() -> None:
     obj: dict[str, Any] = cm()
     for i in range(MAX_UPDATE_MANAGERS + 3):
@@ -434,6 +450,8 @@ def test_the_field_set_memo_is_bounded_and_keeps_recent_sets(monkeypatch: pytest
     memo = typed._OneSidedMemo()
     monkeypatch.setattr(typed, "_ONE_SIDED", memo)
     monkeypatch.setattr(typed._OneSidedMemo, "SIZE", 2)
+    from nodeagent.cluster.patch import apply as ssa  # its create memo would answer the repeated shape itself
+    monkeypatch.setattr(ssa._CREATED, "get", lambda value, schema, ignored, compute: compute())
     for data in ({"a": "1"}, {"b": "1"}, {"a": "1"}, {"c": "1"}):
         update(None, {**cm(), "data": data}, CM, manager="M", api_version="v1", now=T[1])
     assert sorted(memo._sets) == [b'{"a":"1"}', b'{"c":"1"}']  # {"a"} was used again, {"b"} went; no metadata

@@ -19,10 +19,23 @@ _PC_FIELDS = ("value", "globalDefault", "preemptionPolicy", "description")
 class PriorityAdmission:
     def __init__(self, registry: Registry) -> None:
         self.classes = registry.resource("scheduling.k8s.io", "v1", "priorityclasses")
+        self._built: tuple[tuple[tuple[str, str], ...], PriorityClassRegistry] | None = None
 
     async def _registry(self) -> PriorityClassRegistry:
+        """The classes as stored now; built again only when one of them changed (a name and
+        resourceVersion pins its content), not on every pod create."""
+        items = (await self.classes.list(None, ListOptions())).items
+        stamp = tuple((str(o["metadata"]["name"]), str(o["metadata"].get("resourceVersion"))) for o in items)
+        if self._built is not None and self._built[0] == stamp:
+            return self._built[1]
+        reg = self._build(items)
+        self._built = (stamp, reg)
+        return reg
+
+    @staticmethod
+    def _build(items: list[dict[str, Any]]) -> PriorityClassRegistry:
         reg = PriorityClassRegistry()
-        for obj in (await self.classes.list(None, ListOptions())).items:
+        for obj in items:
             bare = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                     "metadata": {"name": obj["metadata"]["name"]}, **{k: obj[k] for k in _PC_FIELDS if k in obj}}
             try:

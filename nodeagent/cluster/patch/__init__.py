@@ -8,6 +8,7 @@ list types and map types come from the schemas.
     fieldpath      field paths and sets, the fieldsV1 encoding of managedFields
     typed          objects walked along the schema for apply: field sets, compare, merge, remove
     managedfields  metadata.managedFields entries: decode, encode, the Update-manager cap
+    shapememo      a create's field set, remembered by the object's shape (keys and lists)
     apply          server-side apply (conflicts, force, prune) and the ownership of ordinary writes
 
 May import: core and cluster.schema.

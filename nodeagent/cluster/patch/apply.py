@@ -43,6 +43,7 @@ from nodeagent.cluster.patch.managedfields import (
     decode_managed_fields,
     encode_managed_fields,
 )
+from nodeagent.cluster.patch.shapememo import ShapeMemo
 from nodeagent.cluster.patch.typed import (
     ABSENT,
     check,
@@ -291,14 +292,27 @@ def update(
             new_obj["metadata"] = dict(new["metadata"])
     key = ManagerKey.of(manager, UPDATE, api_version, subresource)
     top = [p[0].text for p in prefixes if len(p) == 1]  # ignored whole (`spec` of a status write): not compared
-    changed, _ = _transfer(_without(live_obj, top), _without(new_obj, top), schema, managers, None, prefixes,
-                           force=True)
-    owned = changed.difference(NEVER_OWNED)
+    if live is None and not managers:  # a create: no manager to take fields from, a set by the object's shape
+        created = _without(new_obj, top)
+        owned = _CREATED.get(created, schema, ignored, lambda: _created_fields(created, schema, prefixes))
+    else:
+        changed, _ = _transfer(_without(live_obj, top), _without(new_obj, top), schema, managers, None, prefixes,
+                               force=True)
+        owned = changed.difference(NEVER_OWNED)
     if not owned.empty:
         previous = managers.get(key)
         fields = owned if previous is None else owned.union(previous.fields)
         _own(managers, key, fields, api_version, now)
     return _with_managed_fields(new_obj, managers)
+
+
+def _created_fields(new: Any, schema: Schema | None, prefixes: list[Path]) -> FieldSet:
+    """What _transfer gives a create that no manager owned anything of (less NEVER_OWNED)."""
+    added, modified, _ = compare(ABSENT, new, schema)
+    return strip(added.union(modified), prefixes).difference(NEVER_OWNED)
+
+
+_CREATED = ShapeMemo()
 
 
 def _without(obj: Any, keys: Sequence[str]) -> Any:

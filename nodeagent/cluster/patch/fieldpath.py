@@ -152,7 +152,7 @@ class FieldSet:
         return not self.members and not self.children
 
     def __eq__(self, other: object) -> bool:
-        return (
+        return self is other or (
             isinstance(other, FieldSet)
             and self.members == other.members
             and dict(self.children) == dict(other.children)
@@ -202,13 +202,17 @@ class FieldSet:
         return FieldSet(self.members & other.members, children)
 
     def difference(self, other: FieldSet) -> FieldSet:
+        """`self` itself when `other` takes nothing away: its fieldsV1 text, once encoded, is kept."""
         if other.empty or self.empty:
             return self
         children = {
             pe: (sub.difference(other.children[pe]) if pe in other.children else sub)
             for pe, sub in self.children.items()
         }
-        return FieldSet(self.members - other.members, children)
+        members = self.members - other.members
+        if len(members) == len(self.members) and all(children[pe] is sub for pe, sub in self.children.items()):
+            return self
+        return FieldSet(members, children)
 
     def recursive_difference(self, other: FieldSet) -> FieldSet:
         """Remove every member of `other` and, for those, everything below them too."""

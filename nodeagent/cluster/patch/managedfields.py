@@ -11,9 +11,12 @@ MAX_UPDATE_MANAGERS Update entries are kept, the oldest merged into one "ancient
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from nodeagent.cluster.patch.fieldpath import FieldSet
 from nodeagent.core.errors import FieldError
@@ -58,11 +61,31 @@ Managers = dict[ManagerKey, ManagedEntry]
 
 
 def decode_managed_fields(raw: Any) -> Managers:
-    """The entries of `metadata.managedFields`; FieldError names the entry and field at fault."""
+    """The entries of `metadata.managedFields`; FieldError names the entry and field at fault.
+    A list read before is answered from a cache by its text (every write of an object decodes
+    the entries the last write left); the caller gets a dict of its own (the entries are frozen)."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
         raise FieldError("metadata.managedFields", "must be a list of ManagedFieldsEntry")
+    try:
+        text = orjson.dumps(raw)
+    except TypeError:  # beyond orjson (non-string keys, huge integers): decoded each time
+        return _decode_entries(raw)
+    hit = _DECODED.pop(text, None)
+    if hit is None:
+        hit = _decode_entries(raw)  # a FieldError is not remembered
+        if len(_DECODED) >= DECODED_REMEMBERED:
+            del _DECODED[next(iter(_DECODED))]
+    _DECODED[text] = hit
+    return dict(hit)
+
+
+DECODED_REMEMBERED = 1024
+_DECODED: dict[bytes, Managers] = {}
+
+
+def _decode_entries(raw: list[Any]) -> Managers:
     out: Managers = {}
     for i, entry in enumerate(raw):
         where = f"metadata.managedFields[{i}]"
@@ -105,6 +128,12 @@ def _q(value: Any) -> str:
 def _seconds(time: str | None) -> int | None:
     if time is None:
         return 0
+    return _parsed_seconds(time)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_seconds(time: str) -> int | None:
+    """Cached: every write decodes and sorts its object's entries, whose times repeat."""
     try:
         return int(datetime.datetime.fromisoformat(time).timestamp())
     except ValueError:

@@ -22,6 +22,7 @@ from nodeagent.cluster.storage.interface import Store, StoreError
 from nodeagent.core.clock import Clock
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+NAMESPACES_REMEMBERED = 4096  # check_namespace's answers kept (by namespace and its mod_revision)
 
 
 class Registry:
@@ -42,6 +43,7 @@ class Registry:
             self.reviews[(strategy.info.group, strategy.info.version, strategy.info.plural)] = \
                 ReviewStore(strategy, self.authorizer)
         self._namespaces = self.stores[("", "v1", "namespaces")]
+        self._terminating: dict[str, tuple[int, bool]] = {}
 
     def add(self, strategy: Strategy) -> GenericStore:
         """Serve one more kind (a catalog entry plus its strategy)."""
@@ -68,8 +70,17 @@ class Registry:
             raise store_error(e) from None
         if kv is None:
             raise errors.not_found("namespaces", "", namespace)
-        ns = decode_kv(kv)
-        if ns["metadata"].get("deletionTimestamp") or (ns.get("status") or {}).get("phase") == "Terminating":
+        seen = self._terminating.get(namespace)
+        if seen is not None and seen[0] == kv.mod_revision:
+            terminating = seen[1]
+        else:  # decoded once per version of the namespace, not on every create in it
+            ns = decode_kv(kv)
+            terminating = bool(ns["metadata"].get("deletionTimestamp")
+                               or (ns.get("status") or {}).get("phase") == "Terminating")
+            if len(self._terminating) >= NAMESPACES_REMEMBERED:
+                self._terminating.clear()
+            self._terminating[namespace] = (kv.mod_revision, terminating)
+        if terminating:
             message = f"unable to create new content in namespace {namespace} because it is being terminated"
             raise errors.StatusError(403, "Forbidden", message, {
                 "name": namespace, "kind": "namespaces",
