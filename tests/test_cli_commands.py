@@ -631,3 +631,25 @@ def test_the_agents_process_loads_no_control_plane_code() -> None:
             "or m.startswith('nodeagent.cluster')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_the_agents_process_loads_no_client_verbs_or_tar_code() -> None:
+    """`nodeagent run` parses its command line with the agent's own verbs: the client verbs'
+    modules, and tarfile behind the image unpacker, stay out of the agent's memory (~0.5 MiB)."""
+    code = ("import sys, nodeagent.cli.main as m; m.build_parser('run').parse_args(['run']); "
+            "import nodeagent.agent.daemon; "
+            "print(sorted(m for m in sys.modules if m == 'tarfile' or m.startswith('nodeagent.cli.')"
+            " and m != 'nodeagent.cli.main'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_every_verb_is_listed_whichever_verb_is_parsed() -> None:
+    """The help of the full parser lists the client and control-plane verbs; the agent's verbs
+    parse the same with the short parser."""
+    from nodeagent.cli.main import build_parser
+
+    full = build_parser().format_help()
+    for verb in ("run", "check-config", "pods", "exec", "image", "server", "scheduler"):
+        assert verb in full
+    assert build_parser("run").parse_args(["run", "--config", "x"]).config == "x"
