@@ -77,6 +77,11 @@ class PodsAccess(Protocol):
         """What each pod uses of `resource` (the others may read 0); None: everything."""
         ...
 
+    def kill(self, pod: Pod) -> None:
+        """SIGKILL the pod's processes at once (a hard eviction), before the pass's bookkeeping;
+        evict() follows in the same pass."""
+        ...
+
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         """Terminate the pod (status Failed/Evicted) and return once its processes are gone."""
         ...
@@ -145,6 +150,8 @@ class EvictionManager:
         self.evictions_total: dict[str, int] = {}
         self.on_pass: list[Callable[[PassResult], None]] = []
         self._evicted: set[str] = set()  # uids already evicted: never evicted (or counted) twice
+        self._woken: tuple[str, float] | None = None  # the first notifier's wake-up since the last pass
+        self._pass_woken: tuple[str, float | None] = ("start", None)  # what started the current pass
         self.progress = Heartbeat(clock, "eviction loop", pass_bound(interval, max_pod_grace_period))
 
     # ---- what others ask ----
@@ -179,6 +186,12 @@ class EvictionManager:
                                    node_conditions=self.state.node_conditions)
         self.wake.set()
 
+    def note_wake(self, reason: str) -> None:
+        """A kernel notifier woke the loop (wired as event_waker's on_reason): the first one since
+        the last pass is named, with its time, in an evicting pass's timing log."""
+        if self._woken is None:
+            self._woken = (reason, self.clock.now())
+
     def use_poll(self, next_interval: Callable[[dict[str, Observation]], float]) -> None:
         """How long to sleep between passes at most, from the last observations (adaptive poll)."""
         self.next_interval = next_interval
@@ -194,7 +207,9 @@ class EvictionManager:
         return obs
 
     async def synchronize(self) -> PassResult:
+        started = self.clock.now()
         observations = self._observe()
+        observed_at = self.clock.now()
         before = self.state.node_conditions
         self.state, decision = step(self.state, self.thresholds, observations, self.clock.now(),
                                     pressure_transition_period=self.transition_period)
@@ -218,14 +233,26 @@ class EvictionManager:
         evictable = self.pods.evictable_pods()
         self._evicted &= {p.pod.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
         candidates = [p for p in evictable if p.pod.metadata.uid not in self._evicted]
+        usage_from = self.clock.now()
         usage = await self.pods.usage([p.pod for p in candidates], resource)
+        usage_at = self.clock.now()
         victims = [p.pod for p in select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)]
         if not victims:
             log.warning("eviction_no_victim", signal=signal, observed=observed.available if observed else None)
             return self._done(result)
         result.observed = observed
+        chosen_at = self.clock.now()
+        if is_hard(threshold):  # grace 0: the kill first; events, records and the stop path after it
+            for p in victims:
+                self.pods.kill(p)
         await asyncio.gather(*(self._evict(p, threshold, observed, usage, resource) for p in victims))
         result.evicted = tuple(p.key for p in victims)
+        woken_by, woken_at = self._pass_woken
+        # where an eviction's time went (bench/earlyoom_compare.py breaks the reaction down with it)
+        log.info("eviction_pass_timing", victims=list(result.evicted), woken_by=woken_by, woken_at=woken_at,
+                 started=started, observe_ms=_ms(observed_at - started), decide_ms=_ms(usage_from - observed_at),
+                 usage_ms=_ms(usage_at - usage_from), select_ms=_ms(chosen_at - usage_at),
+                 evict_ms=_ms(self.clock.now() - chosen_at))
         self.wake.set()  # re-observe right after the kills completed
         return self._done(result)
 
@@ -304,9 +331,13 @@ class EvictionManager:
             except Exception:  # one bad pass must not end protection of the node
                 log.exception("eviction_pass_failed")
             self.progress.beat()
-            if self.wake.is_set():
-                continue
-            try:
-                await wait_for(self.wake.wait(), self._sleep_for())
-            except TimeoutError:
-                pass
+            why = "again"  # woken without a notifier: after kills, a reload
+            if not self.wake.is_set():
+                try:
+                    await wait_for(self.wake.wait(), self._sleep_for())
+                except TimeoutError:
+                    why = "poll"
+            self._pass_woken, self._woken = self._woken or (why, self.clock.now()), None
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)

@@ -96,6 +96,7 @@ class PodEvictionAccess:
 
     def __init__(self, manager: PodManager) -> None:
         self.manager = manager
+        self._killed: set[str] = set()  # uids kill() SIGKILLed whose evict() has not come yet
 
     def evictable_pods(self) -> list[PodPlan]:
         """The active pods' plans: their criticality, QoS class and requests as admission derived them."""
@@ -115,9 +116,20 @@ class PodEvictionAccess:
             return []
         return await asyncio.to_thread(local_storage_violations, plans)
 
-    async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
+    def kill(self, pod: Pod) -> None:
+        """SIGKILL the pod's processes now (a hard eviction); its evict() follows in the same pass.
+        The worker turns terminal at once, so nothing in it starts or restarts meanwhile."""
         worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
         if worker is None or worker.terminal:
+            return
+        self._killed.add(pod.metadata.uid)
+        worker.kill_now()
+
+    async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
+        worker = self.manager.pods.get((pod.metadata.namespace, pod.metadata.name))
+        killed = pod.metadata.uid in self._killed
+        self._killed.discard(pod.metadata.uid)
+        if worker is None or (worker.terminal and not killed):
             return
         await self.manager.terminate(worker, grace_period, remove=False, reason=EVICTION_REASON, message=message)
 
