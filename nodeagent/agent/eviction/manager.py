@@ -38,11 +38,13 @@ from nodeagent.agent.eviction.evaluate import (
     admit_under_pressure,
     image_reclaim_bytes,
     is_hard,
+    newly_met,
     reclaim_amount,
     step,
     thresholds_met,
 )
 from nodeagent.agent.eviction.local_storage import Violation
+from nodeagent.agent.eviction.notify.adaptive import MEMORY_SIGNALS, look_slices
 from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsage
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
@@ -109,6 +111,7 @@ class PassResult:
     evicted: tuple[str, ...] = ()
     reclaimed_bytes: int = 0  # node garbage and images together
     reclaimed_image_bytes: int = 0
+    previous_conditions: tuple[str, ...] = ()  # the conditions before the pass (logged once it is done)
 
 
 class EvictionManager:
@@ -127,11 +130,13 @@ class EvictionManager:
         images: ImageReclaim | None = None,
         dedicated_imagefs: Callable[[], bool] = lambda: False,
         local_storage: LocalStorageCheck | None = None,
+        observe_memory: Callable[[], dict[str, Observation]] | None = None,
     ) -> None:
         """`images`: unused images are deleted under disk pressure before pods are evicted;
         `dedicated_imagefs`: imagefsPath is a filesystem of its own (then nodefs pressure
         leaves images alone: see evaluate.image_reclaim_bytes); `local_storage`: the pods over
-        a local-storage limit, evicted first in every pass."""
+        a local-storage limit, evicted first in every pass; `observe_memory`: the memory signals
+        alone, looked at between passes while the poll sleeps near a memory line (`_sleep`)."""
         self.thresholds = list(thresholds)
         self.observe = observe
         self.pods = pods
@@ -144,6 +149,7 @@ class EvictionManager:
         self.images = images
         self.dedicated_imagefs = dedicated_imagefs
         self.local_storage = local_storage
+        self.observe_memory = observe_memory
         self.state = EvictionState()
         self.wake = asyncio.Event()
         self.last_observations: dict[str, Observation] = {}
@@ -213,9 +219,7 @@ class EvictionManager:
         before = self.state.node_conditions
         self.state, decision = step(self.state, self.thresholds, observations, self.clock.now(),
                                     pressure_transition_period=self.transition_period)
-        if self.state.node_conditions != before:
-            log.info("node_conditions_changed", conditions=list(self.state.node_conditions), previous=list(before))
-        result = PassResult(conditions=self.state.node_conditions)
+        result = PassResult(conditions=self.state.node_conditions, previous_conditions=before)
         if self.local_storage is not None and await self._local_storage_eviction(result):
             return self._done(result)
         if not decision.evict or decision.threshold is None or decision.resource is None:
@@ -312,6 +316,9 @@ class EvictionManager:
         await self.pods.evict(pod, grace, message)
 
     def _done(self, result: PassResult) -> PassResult:
+        if result.conditions != result.previous_conditions:  # after the kills: a log line costs ~1 ms in the guest
+            log.info("node_conditions_changed", conditions=list(result.conditions),
+                     previous=list(result.previous_conditions))
         for hook in self.on_pass:
             hook(result)
         return result
@@ -321,6 +328,32 @@ class EvictionManager:
         if self.next_interval is None or not self.last_observations:
             return self.interval
         return min(self.interval, self.next_interval(self.last_observations))
+
+    async def _sleep(self, seconds: float) -> str:
+        """Sleep until the next pass: "again" when woken, "poll" when the time is up, "look" when a
+        look at the memory signals between the slices (near a line: look_slices) found a memory
+        threshold the last pass did not find met."""
+        slices = look_slices(seconds) if self.observe_memory is not None else [seconds]
+        for i, part in enumerate(slices):
+            try:
+                await wait_for(self.wake.wait(), part)
+                return "again"
+            except TimeoutError:
+                pass
+            if i < len(slices) - 1 and self._look():
+                return "look"
+        return "poll"
+
+    def _look(self) -> bool:
+        """Whether the memory signals alone show a memory threshold newly met (a failed read: a
+        pass now, which observes and logs properly)."""
+        assert self.observe_memory is not None
+        try:
+            observations = self.observe_memory()
+        except OSError:
+            return True
+        memory = [t for t in self.thresholds if t.signal in MEMORY_SIGNALS]
+        return bool(newly_met(memory, observations, self.state.thresholds_met))
 
     async def run(self) -> None:
         self.progress.beat()
@@ -333,10 +366,7 @@ class EvictionManager:
             self.progress.beat()
             why = "again"  # woken without a notifier: after kills, a reload
             if not self.wake.is_set():
-                try:
-                    await wait_for(self.wake.wait(), self._sleep_for())
-                except TimeoutError:
-                    why = "poll"
+                why = await self._sleep(self._sleep_for())
             self._pass_woken, self._woken = self._woken or (why, self.clock.now()), None
 
 def _ms(seconds: float) -> float:
