@@ -158,7 +158,7 @@ class Agent:
             if killed is not None:
                 out["to_kill"] = killed - p["started"]  # pass start -> SIGKILL
         releases = [e for e in self.log_events("process_mrelease") if e.get("pid") == pid]
-        if releases and killed is not None:
+        if releases and killed is not None and "started" in releases[-1]:
             r = releases[-1]
             out["mrelease"] = r["outcome"]
             out["mrelease_start"] = r["started"] - killed
