@@ -23,7 +23,7 @@ CAP = 1024 * MI
 
 @pytest.mark.parametrize(("seconds", "slices"), [
     (10.0, [10.0]),  # far from the line: one sleep, no look
-    (LOOK_BELOW_S + 0.001, [LOOK_BELOW_S + 0.001]),
+    (0.101, [0.101]),
     (0.1, [0.01] * 9 + [0.01]),
     (0.025, [0.01, 0.01, 0.005]),  # the 25 ms floor: two looks, then the pass
     (0.02, [0.01, 0.01]),
@@ -33,9 +33,15 @@ CAP = 1024 * MI
     (0.0, [0.0]),
 ])
 def test_look_slices(seconds: float, slices: list[float]) -> None:
-    got = look_slices(seconds, LOOK_S, LOOK_BELOW_S)
+    got = look_slices(seconds, 0.01, 0.1)
     assert got == pytest.approx(slices)
     assert sum(got) == pytest.approx(seconds)
+
+
+def test_the_defaults_look_every_10_ms_below_50_ms() -> None:
+    assert (LOOK_S, LOOK_BELOW_S) == (0.01, 0.05)
+    assert look_slices(0.025) == pytest.approx([0.01, 0.01, 0.005])
+    assert look_slices(0.06) == [0.06]
 
 
 def obs(available_mi: int) -> dict[str, Observation]:
@@ -83,8 +89,9 @@ def test_meminfo_reader_reads_the_live_file_each_time() -> None:
 class Node:
     """Memory the test moves; the manager looks at it between passes. No pods to evict."""
 
-    def __init__(self, available_mi: int) -> None:
+    def __init__(self, available_mi: int, cross_at_look: int = 0) -> None:
         self.available_mi = available_mi
+        self.cross_at_look = cross_at_look  # from this look on, memory is below the 100Mi line
         self.looks = 0
         self.passes = 0
 
@@ -94,6 +101,8 @@ class Node:
 
     def observe_memory(self) -> dict[str, Observation]:
         self.looks += 1
+        if self.cross_at_look and self.looks >= self.cross_at_look:
+            self.available_mi = 99
         return obs(self.available_mi)
 
     def evictable_pods(self) -> list[object]:
@@ -111,13 +120,10 @@ def manager(node: Node) -> EvictionManager:
 
 
 async def test_a_look_that_finds_the_line_crossed_ends_the_sleep() -> None:
-    node = Node(150)
+    node = Node(150, cross_at_look=2)
     m = manager(node)
-    sleep = asyncio.create_task(m._sleep(0.1))
-    await asyncio.sleep(0.035)
-    assert not sleep.done() and node.looks >= 2
-    node.available_mi = 99
-    assert await asyncio.wait_for(sleep, 0.05) == "look"
+    assert await m._sleep(0.05) == "look"  # four looks were due: the second found the line crossed
+    assert node.looks == 2
 
 
 async def test_looks_leave_a_threshold_met_at_the_last_pass_to_the_poll() -> None:
@@ -140,7 +146,7 @@ async def test_no_looks_far_from_the_line_or_without_a_memory_observer() -> None
 async def test_a_wake_up_ends_the_sleep_between_looks() -> None:
     node = Node(150)
     m = manager(node)
-    sleep = asyncio.create_task(m._sleep(0.1))
+    sleep = asyncio.create_task(m._sleep(0.05))
     await asyncio.sleep(0.015)
     m.wake.set()
     assert await asyncio.wait_for(sleep, 0.05) == "again"

@@ -30,11 +30,13 @@ DEFAULT_RATE_FLOOR = 1 << 30  # bytes/s; one core faulting in fresh pages does ~
 # (idle CPU: bench/README.md, "Rate floor").
 NOTIFIED_RATE_FLOOR = 256 << 20
 # Near the line, between passes: a look at the memory signals alone every LOOK_S (a pread of
-# /proc/meminfo, ~0.1 ms in the UML guest against ~1-2 ms for a whole pass), whenever the poll
-# sleeps LOOK_BELOW_S or less; a threshold newly met ends the sleep. Detection near the line is
-# then LOOK_S at worst, not the 25 ms floor (bench/README.md, "The memory look").
+# /proc/meminfo, ~0.3 ms in the UML guest against ~2 ms for a whole pass), whenever the poll
+# sleeps LOOK_BELOW_S or less (within ~25 MiB of the line at the notified rate floor, further
+# out only while memory fills fast); a threshold newly met ends the sleep. Detection near the
+# line is then LOOK_S, not the 25 ms floor; the looks cost a few % of the guest's one core while
+# the node sits that close (bench/README.md, "The memory look").
 LOOK_S = 0.01
-LOOK_BELOW_S = 0.1
+LOOK_BELOW_S = 0.05
 DEFAULT_HALF_LIFE_S = 2.0
 MEMORY_SIGNALS = (MEMORY_AVAILABLE, ALLOCATABLE_MEMORY_AVAILABLE)
 
