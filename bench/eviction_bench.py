@@ -17,7 +17,9 @@ latency: a hog pod adds 64 MiB every 50 ms. From 32 MiB before the line on, it g
   chunk that crossed (so figures are at most one chunk, ~0.1 ms, conservative). A pidfd in this
   process stamps the hog's death (its memory is freed by then). Also printed: crossing -> the
   agent's SIGKILL (its container_grace_expired log stamp) and SIGKILL -> death (the kernel
-  tearing down the victim's memory, which grows with the victim's size).
+  tearing down the victim's memory, which grows with the victim's size), and where each
+  eviction's time went, from the agent's eviction_pass_timing and process_mrelease lines
+  (`Agent.breakdown`; the phases are named in bench/README.md, "Where an eviction's time goes").
   Host (v1): allocatableMemory.available < 600Mi on a kubepods limited to 1000Mi (the line is
   ~400 MiB of hog); guest (v2): memory.available, 500Mi below what is available at start.
 race: memory.available < 100Mi (guest) / allocatableMemory.available < 100Mi on a 600Mi kubepods
