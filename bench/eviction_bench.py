@@ -17,7 +17,9 @@ latency: a hog pod adds 64 MiB every 50 ms. From 32 MiB before the line on, it g
   chunk that crossed (so figures are at most one chunk, ~0.1 ms, conservative). A pidfd in this
   process stamps the hog's death (its memory is freed by then). Also printed: crossing -> the
   agent's SIGKILL (its container_grace_expired log stamp) and SIGKILL -> death (the kernel
-  tearing down the victim's memory, which grows with the victim's size).
+  tearing down the victim's memory, which grows with the victim's size), and where each
+  eviction's time went, from the agent's eviction_pass_timing and process_mrelease lines
+  (`Agent.breakdown`; the phases are named in bench/README.md, "Where an eviction's time goes").
   Host (v1): allocatableMemory.available < 600Mi on a kubepods limited to 1000Mi (the line is
   ~400 MiB of hog); guest (v2): memory.available, 500Mi below what is available at start.
 race: memory.available < 100Mi (guest) / allocatableMemory.available < 100Mi on a 600Mi kubepods
@@ -121,13 +123,50 @@ class Agent:
         return _keyed(self.kubepods_file(name)).get("oom_kill", 0)
 
     def kill_sent(self, name: str) -> float | None:
-        """Monotonic time the agent logged sending SIGKILL to the pod's container (container_grace_expired)."""
+        """Monotonic time the agent logged sending SIGKILL to the pod's container: container_killed
+        (a hard eviction's kill, logged right after it) or container_grace_expired (right before)."""
         offset = time.time() - time.monotonic()
         for line in reversed(Path(self.proc.log_path).read_text(errors="replace").splitlines()):
-            if '"container_grace_expired"' in line and f'"default/{name}"' in line:
+            if ('"container_killed"' in line or '"container_grace_expired"' in line) and f'"default/{name}"' in line:
                 stamp = json.loads(line)["timestamp"].replace("Z", "+00:00")
                 return datetime.fromisoformat(stamp).timestamp() - offset
         return None
+
+    def log_events(self, event: str) -> list[dict[str, Any]]:
+        """The agent's JSON log lines of one event, oldest first."""
+        out = []
+        for line in Path(self.proc.log_path).read_text(errors="replace").splitlines():
+            if f'"{event}"' in line:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        return out
+
+    def breakdown(self, name: str, pid: int, crossed: float | None, killed: float | None,
+                  died: float) -> dict[str, Any]:
+        """Where one eviction's time went, from the agent's log (monotonic stamps): the pass that
+        evicted `name` (what woke it, its phases) and the process_mrelease of `pid`."""
+        out: dict[str, Any] = {}
+        passes = [e for e in self.log_events("eviction_pass_timing") if f"default/{name}" in e.get("victims", [])]
+        if passes:
+            p = passes[-1]
+            out["woken_by"] = p["woken_by"].split(":")[0]
+            if crossed is not None:
+                out["detect"] = p["started"] - crossed  # crossing -> the pass starts
+                if p.get("woken_at") is not None:
+                    out["wake"] = p["woken_at"] - crossed
+            out.update({k: p[k] / 1000 for k in ("observe_ms", "decide_ms", "usage_ms", "select_ms")})
+            if killed is not None:
+                out["to_kill"] = killed - p["started"]  # pass start -> SIGKILL
+        releases = [e for e in self.log_events("process_mrelease") if e.get("pid") == pid]
+        if releases and killed is not None and "started" in releases[-1]:
+            r = releases[-1]
+            out["mrelease"] = r["outcome"]
+            out["mrelease_start"] = r["started"] - killed
+            out["mrelease_ms"] = r["elapsed_ms"] / 1000
+            out["mrelease_to_death"] = died - (r["started"] + r["elapsed_ms"] / 1000)
+        return out
 
     def reaction_metric(self) -> tuple[float, int]:
         """(sum, count) of nodeagent_eviction_reaction_seconds: the agent's own view (stats -> kills done)."""
@@ -160,7 +199,9 @@ def killed_in_dmesg() -> list[str]:
 
 def setup(version: int, kind: str) -> tuple[str, int, dict[str, Any]]:
     """(signal, threshold bytes, agent config) for a benchmark kind on this kernel."""
-    base: dict[str, Any] = {"evictionPressureTransitionPeriod": "0s", "housekeepingInterval": "10s"}
+    # debug: process_mrelease's line (its only other debug lines are one at start and v1 re-arms)
+    base: dict[str, Any] = {"evictionPressureTransitionPeriod": "0s", "housekeepingInterval": "10s",
+                            "logging": {"level": "debug", "format": "json"}}
     if version == 1:
         kubepods, threshold = (1000 * MI, 600 * MI) if kind == "latency" else (600 * MI, 100 * MI)
         base["systemReserved"] = {"memory": str(meminfo()["MemTotal"] - kubepods)}
@@ -200,7 +241,8 @@ def run_hog(agent: Agent, hogs: Hogs, name: str, *, step: int, interval: float, 
     evicted = pod["status"].get("reason") == "Evicted"
     won = evicted and oom == 0 and not new_kills
     poll_until(lambda: not agent.pressure(), 60, "MemoryPressure to clear")
-    return {"latency": died - crossed if crossed else None, "evicted": evicted, "oom_kills": oom,
+    parts = agent.breakdown(name, pid, crossed, killed, died)
+    return {"parts": parts, "latency": died - crossed if crossed else None, "evicted": evicted, "oom_kills": oom,
             "decide": killed - crossed if crossed and killed else None, "teardown": died - killed if killed else None,
             "kernel_kills": len(new_kills), "won": won, "headroom": h}
 
@@ -222,12 +264,46 @@ def series(version: int, kind: str, mechanism: str, runs: int, step: int, interv
             print(f"  {kind} {mechanism:>13} run {i + 1:2d}: {lat}  hog {r['headroom'] // MI} MiB "
                   f"evicted={r['evicted']} "
                   f"kubepods_oom_kills={r['oom_kills']} kernel_kills={r['kernel_kills']}", flush=True)
+            if r["parts"]:
+                print(f"      {parts_text(r['parts'])}", flush=True)
         print(f"  machine during the series: {load.text()}", flush=True)
+        if kind == "latency":
+            print(breakdown_summary(out), flush=True)
         total, count = agent.reaction_metric()
         if count:
             print(f"  agent's own nodeagent_eviction_reaction_seconds (stats -> kills done): "
                   f"mean {total / count * 1000:.1f} ms over {count}", flush=True)
     return out
+
+
+PHASES = ("wake", "detect", "observe_ms", "decide_ms", "usage_ms", "select_ms", "to_kill", "mrelease_start",
+          "mrelease_ms", "mrelease_to_death")
+
+
+def parts_text(parts: dict[str, Any]) -> str:
+    """One run's breakdown: the phases in ms, what woke the pass, what mrelease did."""
+    shown = [f"{k.removesuffix('_ms')} {parts[k] * 1000:.1f}" for k in PHASES if k in parts]
+    return (f"woken by {parts.get('woken_by', '?')}: " + ", ".join(shown)
+            + (f" (mrelease {parts['mrelease']})" if "mrelease" in parts else ""))
+
+
+def breakdown_summary(rows: list[dict[str, Any]]) -> str:
+    """p50/p99 of each phase over a series, and how the evicting passes were woken."""
+    parts = [r["parts"] for r in rows if r.get("parts") and r["latency"] is not None]
+    if not parts:
+        return "  (no breakdown: the agent logged no eviction_pass_timing)"
+    woken: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    for p in parts:
+        woken[p.get("woken_by", "?")] = woken.get(p.get("woken_by", "?"), 0) + 1
+        if "mrelease" in p:
+            outcomes[p["mrelease"]] = outcomes.get(p["mrelease"], 0) + 1
+    phases = []
+    for k in PHASES:
+        v = [p[k] * 1000 for p in parts if k in p]
+        if v:
+            phases.append(f"{k.removesuffix('_ms')} {pct(v, 0.5):.1f}/{pct(v, 0.99):.1f}")
+    return (f"  breakdown p50/p99 ms: {', '.join(phases)}; woken by {woken}; mrelease {outcomes}")
 
 
 def summary(kind: str, mechanism: str, rows: list[dict[str, Any]]) -> str:

@@ -143,6 +143,9 @@ class Disks:
         return {p.metadata.uid: PodUsage(p.metadata.uid, ephemeral_storage=self.pods[p.metadata.name][1])
                 for p in pods}
 
+    def kill(self, pod: Pod) -> None:
+        self.log.append(f"kill {pod.metadata.name}")
+
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         self.log.append(f"evict {pod.metadata.name}")
         del self.pods[pod.metadata.name]
@@ -213,7 +216,7 @@ async def test_dedicated_imagefs_leaves_images_on_nodefs_pressure() -> None:
     disks = Disks(FakeClock(), dedicated=True, nodefs_used=85 * GB, imagefs_used=0,
                   images=[FakeImage("old", 50 * GB)], pods=[(pod("hog"), 10 * GB)])
     result = await make(disks, {"nodefs.available": "10Gi"}).synchronize()
-    assert disks.image_requests == [] and disks.log == ["garbage 0", "evict hog"]
+    assert disks.image_requests == [] and disks.log == ["garbage 0", "kill hog", "evict hog"]
     assert result.evicted == ("default/hog",)
 
 
@@ -223,7 +226,7 @@ async def test_images_in_use_fall_short_then_pods_are_evicted() -> None:
                   pods=[(pod("hog"), 10 * GB)])
     result = await make(disks, {"imagefs.available": "10Gi"}).synchronize()
     # 96 used: 4 free, 6 GB short: "small" frees 1, the pod goes for the rest
-    assert disks.log == ["garbage 0", "image small", "evict hog"]
+    assert disks.log == ["garbage 0", "image small", "kill hog", "evict hog"]
     assert result.evicted == ("default/hog",) and result.reclaimed_image_bytes == GB
 
 
@@ -257,7 +260,7 @@ async def test_without_images_the_pass_goes_from_garbage_to_eviction() -> None:
     disks = Disks(FakeClock(), dedicated=False, nodefs_used=85 * GB, images=[FakeImage("old", 5 * GB)],
                   pods=[(pod("hog"), 5 * GB)])
     result = await make(disks, {"nodefs.available": "10Gi"}, images=False).synchronize()
-    assert disks.log == ["garbage 0", "evict hog"] and result.evicted == ("default/hog",)
+    assert disks.log == ["garbage 0", "kill hog", "evict hog"] and result.evicted == ("default/hog",)
 
 
 async def test_memory_pressure_never_touches_the_images() -> None:

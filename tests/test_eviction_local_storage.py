@@ -135,6 +135,9 @@ class Pods:
     async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid) for p in pods}
 
+    def kill(self, pod: Pod) -> None:
+        pass
+
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         self.evicted.append((pod.metadata.name, grace_period, message))
         self.plans = [p for p in self.plans if p.pod.metadata.name != pod.metadata.name]

@@ -35,6 +35,7 @@ class FakeNode:
         self.other = other
         self.pods = {p.pod.metadata.name: (p, used) for p, used in pods}
         self.evicted: list[tuple[str, float, str]] = []
+        self.killed: list[str] = []  # kill() calls (hard evictions), in order
         self.garbage = 0
 
     def observe(self) -> dict[str, Observation]:
@@ -47,6 +48,9 @@ class FakeNode:
 
     async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid, memory_working_set=self.pods[p.metadata.name][1]) for p in pods}
+
+    def kill(self, pod: Pod) -> None:
+        self.killed.append(pod.metadata.name)
 
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         self.evicted.append((pod.metadata.name, grace_period, message))
@@ -83,6 +87,7 @@ async def test_hard_threshold_evicts_as_many_as_needed_in_one_pass_in_rank_order
     result = await m.synchronize()
     assert [e[0] for e in node.evicted] == ["big-be"]  # its 300Mi covers the 76Mi shortfall
     assert node.evicted[0][1] == 0  # hard: killed at once
+    assert node.killed == ["big-be"]  # SIGKILLed before its eviction's bookkeeping
     assert "The node was low on resource: memory." in node.evicted[0][2]
     assert result.conditions == ("MemoryPressure",)
     assert m.admit(pod("new-be")) == ("Evicted", "The node had condition: [MemoryPressure]. ")
@@ -114,6 +119,7 @@ async def test_soft_threshold_waits_for_grace_period_then_uses_pod_grace_cap() -
     clock.advance(2)
     await m.synchronize()
     assert [(e[0], e[1]) for e in node.evicted] == [("a", 5)]  # min(evictionMaxPodGracePeriod, 30)
+    assert node.killed == []  # soft: the pod gets its grace period, no kill up front
 
 
 async def test_condition_clears_only_after_transition_period() -> None:

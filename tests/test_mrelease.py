@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 
 from nodeagent.agent.runtime.mrelease import MemoryReleaser, Outcome, Syscall, libc_syscall, outcome_of
 from nodeagent.agent.runtime.spawn import LaunchSpec
-from nodeagent.agent.runtime.state import Running
+from nodeagent.agent.runtime.state import Running, Terminated
 from nodeagent.agent.runtime.supervisor import ContainerConfig, ContainerWorker
 
 
@@ -214,6 +214,29 @@ async def test_a_kill_with_grace_zero_releases_the_victims_memory(tmp_path: Path
     await task
     assert spy.asked == [(pid, pid)]  # the pidfd named the victim, not yet reaped
     assert [f.result(10) for f in spy.futures] == [Outcome.RELEASED]
+
+
+async def test_kill_now_kills_and_releases_at_once_and_stop_sends_nothing_more(tmp_path: Path) -> None:
+    """A hard eviction: SIGKILL and mrelease before the stop path, which then only waits (no
+    SIGTERM, no second kill or release), and the container is not restarted."""
+    spy = SpyReleaser()
+    cfg = ContainerConfig(name="c", launch=LaunchSpec(("sleep", "30")), log_dir=str(tmp_path / "logs"),
+                          restart_policy="Always", pod_name="p")
+    w = ContainerWorker(cfg, FileCgroup(tmp_path / "cgroup.procs"), releaser=spy)
+    task = asyncio.create_task(w.run())
+    await until(lambda: isinstance(w.status.state, Running))
+    pid = w.pid
+    with capture_logs() as logs:
+        w.kill_now()
+        assert spy.asked == [(pid, pid)]  # at once, before anything awaits
+        w.kill_now()  # idempotent
+        status = await w.stop(30)  # would wait 30 s for a SIGTERM: the kill is already sent
+    await task
+    assert spy.asked == [(pid, pid)]
+    assert isinstance(status.state, Terminated) and status.state.signal == 9
+    events = [e["event"] for e in logs if e["event"].startswith("container_")]
+    assert events == ["container_killed", "container_exited"]  # no container_stopping, no grace expiry
+    assert status.restart_count == 0
 
 
 async def test_no_release_when_sigterm_was_enough(tmp_path: Path) -> None:

@@ -93,6 +93,9 @@ class StuckEviction:
     async def usage(self, pods: Sequence[Pod], resource: str | None) -> dict[str, PodUsage]:
         return {p.metadata.uid: PodUsage(p.metadata.uid, memory_working_set=500 * MI) for p in pods}
 
+    def kill(self, pod: Pod) -> None:
+        pass
+
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         self.evicting.set()
         await self.release.wait()

@@ -192,7 +192,7 @@ class Agent:
             max_pod_grace_period=config.eviction_max_pod_grace_period,
             interval=config.housekeeping_interval,
             images=self.images, dedicated_imagefs=lambda: self.observer.dedicated_imagefs,
-            local_storage=eviction_access.local_storage,
+            local_storage=eviction_access.local_storage, observe_memory=self.observer.observe_memory,
         )
         self.pods.extra_admit = self.eviction.admit
         self.wakeups = MemoryWakeups(driver, self.eviction, enforced_memory, self.observer.memory,

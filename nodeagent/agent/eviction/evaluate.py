@@ -112,6 +112,13 @@ def thresholds_met(
     return out
 
 
+def newly_met(thresholds: Iterable[Threshold], observations: Mapping[str, Observation],
+              already_met: Sequence[Threshold]) -> list[Threshold]:
+    """Thresholds met now (their signals observed) that the last pass did not find met: a look
+    between passes that finds one calls for a pass at once; one already met waits for the poll."""
+    return [t for t in thresholds_met(thresholds, observations, enforce_min_reclaim=False) if t not in already_met]
+
+
 def merge_thresholds(first: Iterable[Threshold], second: Iterable[Threshold]) -> list[Threshold]:
     out = list(first)
     out += [t for t in second if t not in out]

@@ -38,11 +38,13 @@ from nodeagent.agent.eviction.evaluate import (
     admit_under_pressure,
     image_reclaim_bytes,
     is_hard,
+    newly_met,
     reclaim_amount,
     step,
     thresholds_met,
 )
 from nodeagent.agent.eviction.local_storage import Violation
+from nodeagent.agent.eviction.notify.adaptive import MEMORY_SIGNALS, look_slices
 from nodeagent.agent.eviction.observations import Observation, PodFacts, PodUsage
 from nodeagent.agent.eviction.ranking import eviction_grace_period, eviction_message, rank_for_signal, select_victims
 from nodeagent.core.clock import Clock
@@ -77,6 +79,11 @@ class PodsAccess(Protocol):
         """What each pod uses of `resource` (the others may read 0); None: everything."""
         ...
 
+    def kill(self, pod: Pod) -> None:
+        """SIGKILL the pod's processes at once (a hard eviction), before the pass's bookkeeping;
+        evict() follows in the same pass."""
+        ...
+
     async def evict(self, pod: Pod, grace_period: float, message: str) -> None:
         """Terminate the pod (status Failed/Evicted) and return once its processes are gone."""
         ...
@@ -104,6 +111,7 @@ class PassResult:
     evicted: tuple[str, ...] = ()
     reclaimed_bytes: int = 0  # node garbage and images together
     reclaimed_image_bytes: int = 0
+    previous_conditions: tuple[str, ...] = ()  # the conditions before the pass (logged once it is done)
 
 
 class EvictionManager:
@@ -122,11 +130,13 @@ class EvictionManager:
         images: ImageReclaim | None = None,
         dedicated_imagefs: Callable[[], bool] = lambda: False,
         local_storage: LocalStorageCheck | None = None,
+        observe_memory: Callable[[], dict[str, Observation]] | None = None,
     ) -> None:
         """`images`: unused images are deleted under disk pressure before pods are evicted;
         `dedicated_imagefs`: imagefsPath is a filesystem of its own (then nodefs pressure
         leaves images alone: see evaluate.image_reclaim_bytes); `local_storage`: the pods over
-        a local-storage limit, evicted first in every pass."""
+        a local-storage limit, evicted first in every pass; `observe_memory`: the memory signals
+        alone, looked at between passes while the poll sleeps near a memory line (`_sleep`)."""
         self.thresholds = list(thresholds)
         self.observe = observe
         self.pods = pods
@@ -139,12 +149,15 @@ class EvictionManager:
         self.images = images
         self.dedicated_imagefs = dedicated_imagefs
         self.local_storage = local_storage
+        self.observe_memory = observe_memory
         self.state = EvictionState()
         self.wake = asyncio.Event()
         self.last_observations: dict[str, Observation] = {}
         self.evictions_total: dict[str, int] = {}
         self.on_pass: list[Callable[[PassResult], None]] = []
         self._evicted: set[str] = set()  # uids already evicted: never evicted (or counted) twice
+        self._woken: tuple[str, float] | None = None  # the first notifier's wake-up since the last pass
+        self._pass_woken: tuple[str, float | None] = ("start", None)  # what started the current pass
         self.progress = Heartbeat(clock, "eviction loop", pass_bound(interval, max_pod_grace_period))
 
     # ---- what others ask ----
@@ -179,6 +192,12 @@ class EvictionManager:
                                    node_conditions=self.state.node_conditions)
         self.wake.set()
 
+    def note_wake(self, reason: str) -> None:
+        """A kernel notifier woke the loop (wired as event_waker's on_reason): the first one since
+        the last pass is named, with its time, in an evicting pass's timing log."""
+        if self._woken is None:
+            self._woken = (reason, self.clock.now())
+
     def use_poll(self, next_interval: Callable[[dict[str, Observation]], float]) -> None:
         """How long to sleep between passes at most, from the last observations (adaptive poll)."""
         self.next_interval = next_interval
@@ -194,13 +213,13 @@ class EvictionManager:
         return obs
 
     async def synchronize(self) -> PassResult:
+        started = self.clock.now()
         observations = self._observe()
+        observed_at = self.clock.now()
         before = self.state.node_conditions
         self.state, decision = step(self.state, self.thresholds, observations, self.clock.now(),
                                     pressure_transition_period=self.transition_period)
-        if self.state.node_conditions != before:
-            log.info("node_conditions_changed", conditions=list(self.state.node_conditions), previous=list(before))
-        result = PassResult(conditions=self.state.node_conditions)
+        result = PassResult(conditions=self.state.node_conditions, previous_conditions=before)
         if self.local_storage is not None and await self._local_storage_eviction(result):
             return self._done(result)
         if not decision.evict or decision.threshold is None or decision.resource is None:
@@ -218,14 +237,26 @@ class EvictionManager:
         evictable = self.pods.evictable_pods()
         self._evicted &= {p.pod.metadata.uid for p in evictable}  # forget pods that are gone (or readmitted later)
         candidates = [p for p in evictable if p.pod.metadata.uid not in self._evicted]
+        usage_from = self.clock.now()
         usage = await self.pods.usage([p.pod for p in candidates], resource)
+        usage_at = self.clock.now()
         victims = [p.pod for p in select_victims(rank_for_signal(signal, candidates, usage), usage, amount, resource)]
         if not victims:
             log.warning("eviction_no_victim", signal=signal, observed=observed.available if observed else None)
             return self._done(result)
         result.observed = observed
+        chosen_at = self.clock.now()
+        if is_hard(threshold):  # grace 0: the kill first; events, records and the stop path after it
+            for p in victims:
+                self.pods.kill(p)
         await asyncio.gather(*(self._evict(p, threshold, observed, usage, resource) for p in victims))
         result.evicted = tuple(p.key for p in victims)
+        woken_by, woken_at = self._pass_woken
+        # where an eviction's time went (bench/earlyoom_compare.py breaks the reaction down with it)
+        log.info("eviction_pass_timing", victims=list(result.evicted), woken_by=woken_by, woken_at=woken_at,
+                 started=started, observe_ms=_ms(observed_at - started), decide_ms=_ms(usage_from - observed_at),
+                 usage_ms=_ms(usage_at - usage_from), select_ms=_ms(chosen_at - usage_at),
+                 evict_ms=_ms(self.clock.now() - chosen_at))
         self.wake.set()  # re-observe right after the kills completed
         return self._done(result)
 
@@ -285,6 +316,9 @@ class EvictionManager:
         await self.pods.evict(pod, grace, message)
 
     def _done(self, result: PassResult) -> PassResult:
+        if result.conditions != result.previous_conditions:  # after the kills: a log line costs ~1 ms in the guest
+            log.info("node_conditions_changed", conditions=list(result.conditions),
+                     previous=list(result.previous_conditions))
         for hook in self.on_pass:
             hook(result)
         return result
@@ -295,6 +329,32 @@ class EvictionManager:
             return self.interval
         return min(self.interval, self.next_interval(self.last_observations))
 
+    async def _sleep(self, seconds: float) -> str:
+        """Sleep until the next pass: "again" when woken, "poll" when the time is up, "look" when a
+        look at the memory signals between the slices (near a line: look_slices) found a memory
+        threshold the last pass did not find met."""
+        slices = look_slices(seconds) if self.observe_memory is not None else [seconds]
+        for i, part in enumerate(slices):
+            try:
+                await wait_for(self.wake.wait(), part)
+                return "again"
+            except TimeoutError:
+                pass
+            if i < len(slices) - 1 and self._look():
+                return "look"
+        return "poll"
+
+    def _look(self) -> bool:
+        """Whether the memory signals alone show a memory threshold newly met (a failed read: a
+        pass now, which observes and logs properly)."""
+        assert self.observe_memory is not None
+        try:
+            observations = self.observe_memory()
+        except OSError:
+            return True
+        memory = [t for t in self.thresholds if t.signal in MEMORY_SIGNALS]
+        return bool(newly_met(memory, observations, self.state.thresholds_met))
+
     async def run(self) -> None:
         self.progress.beat()
         while True:
@@ -304,9 +364,10 @@ class EvictionManager:
             except Exception:  # one bad pass must not end protection of the node
                 log.exception("eviction_pass_failed")
             self.progress.beat()
-            if self.wake.is_set():
-                continue
-            try:
-                await wait_for(self.wake.wait(), self._sleep_for())
-            except TimeoutError:
-                pass
+            why = "again"  # woken without a notifier: after kills, a reload
+            if not self.wake.is_set():
+                why = await self._sleep(self._sleep_for())
+            self._pass_woken, self._woken = self._woken or (why, self.clock.now()), None
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodeagent.agent.cgroups import layout
@@ -32,7 +32,7 @@ from nodeagent.agent.eviction.observations import (
 from nodeagent.agent.node.allocatable import NodeAllocatable
 from nodeagent.agent.node.disk_usage import dir_usage
 from nodeagent.agent.node.machine import meminfo_working_set
-from nodeagent.agent.node.procfs import PROC_MEMINFO, PROC_PID_MAX, parse_meminfo
+from nodeagent.agent.node.procfs import PROC_PID_MAX, MeminfoReader
 
 
 def parse_loadavg_tasks(text: str) -> int:
@@ -62,13 +62,14 @@ class NodeObserver:
     now: Callable[[], float]
     # imagefsPath on a device of its own, as the last observation found (the reclaim order depends on it)
     dedicated_imagefs: bool = False
+    meminfo: MeminfoReader = field(default_factory=MeminfoReader)
 
     def reconfigure(self, config: Config, allocatable: NodeAllocatable) -> None:
         """A reload: allocatableMemory.available is measured against the new enforced memory."""
         self.allocatable_memory = allocatable.enforced_memory
 
     def memory(self) -> Observation:
-        capacity, ws = meminfo_working_set(parse_meminfo(_read(PROC_MEMINFO)))
+        capacity, ws = meminfo_working_set(self.meminfo.read())
         return Observation(available=max(0, capacity - ws), capacity=capacity, time=self.now())
 
     def allocatable(self) -> Observation | None:
@@ -93,6 +94,10 @@ class NodeObserver:
         pid_max = int(_read(PROC_PID_MAX))
         threads_max = int(_read("/proc/sys/kernel/threads-max"))
         return pid_available(pid_max, parse_loadavg_tasks(_read("/proc/loadavg")), threads_max, self.now())
+
+    def observe_memory(self) -> dict[str, Observation]:
+        """The memory signals alone (the eviction manager's look between passes near the line)."""
+        return make_observations(memory=self.memory(), allocatable_memory=self.allocatable())
 
     def observe(self) -> dict[str, Observation]:
         return make_observations(memory=self.memory(), allocatable_memory=self.allocatable(),

@@ -128,7 +128,7 @@ class MemoryWakeups:
         self.driver = driver
         self.manager = manager
         self.enforced_memory = enforced_memory
-        self.wake = event_waker(manager.wake)
+        self.wake = event_waker(manager.wake, manager.note_wake)
         self.notifiers: list[KernelNotifier] = []
         self.unavailable: dict[str, str] = {}
         self.lines: list[int] = []

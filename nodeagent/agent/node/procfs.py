@@ -5,6 +5,7 @@ parser of these files in the agent."""
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 
 CAP_SYS_RESOURCE = 24
@@ -21,6 +22,40 @@ def parse_meminfo(text: str) -> dict[str, int]:
         if parts and parts[0].isdigit():
             out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1].lower() == "kb" else 1)
     return out
+
+
+_WORKING_SET_KEYS = re.compile(rb"^(MemTotal|MemFree|Inactive\(file\)):[ \t]+([0-9]+) kB$", re.MULTILINE)
+
+
+def parse_meminfo_working_set(data: bytes) -> dict[str, int]:
+    """MemTotal, MemFree and Inactive(file) alone, in bytes: what memory.available needs."""
+    return {k.decode(): int(v) * 1024 for k, v in _WORKING_SET_KEYS.findall(data)}
+
+
+class MeminfoReader:
+    """/proc/meminfo on a descriptor kept open, read with one pread and only the working-set keys
+    parsed: every eviction pass and every look near the line reads it, and in the 1-CPU UML
+    guest the open and the whole-file parse cost ~0.6 ms against ~0.07 ms for the read alone
+    (bench/README.md, "The memory look")."""
+
+    def __init__(self, path: str = PROC_MEMINFO) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def read(self) -> dict[str, int]:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.pread(self._fd, 1 << 16, 0)
+        except OSError:  # never expected of procfs; a fresh descriptor next time
+            self.close()
+            raise
+        return parse_meminfo_working_set(data)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

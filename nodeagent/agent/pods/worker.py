@@ -641,6 +641,16 @@ class PodWorker:
             left = await self._pre_stop(c, grace)
         await w.stop(left)
 
+    def kill_now(self) -> None:
+        """SIGKILL every container's processes at once (a hard eviction, before its bookkeeping);
+        stop() follows and waits for them, kills what is left in the cgroups and removes them.
+        Terminal from now on: nothing in the pod starts or restarts."""
+        self.terminal = True
+        for w in self._spare.values():
+            w.hold()
+        for w in self.workers.values():
+            w.kill_now()
+
     async def stop(self, grace_period: float, reason: str | None = None, message: str | None = None) -> None:
         """Terminate every container (preStop, SIGTERM, grace, kill): the app containers together,
         then the init containers (sidecars) in reverse order with what is left of the grace

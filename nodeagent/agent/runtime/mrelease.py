@@ -130,7 +130,7 @@ class MemoryReleaser:
                 self._reported.add(err)
             if new_errno:  # once per errno value; later ones show only at debug level
                 log.warning("process_mrelease_failed", pid=pid, errno=err, error=os.strerror(err))
-        log.debug("process_mrelease", pid=pid, outcome=outcome.value, elapsed_ms=elapsed_ms)
+        log.debug("process_mrelease", pid=pid, outcome=outcome.value, started=start, elapsed_ms=elapsed_ms)
         return outcome
 
     def release_soon(self, pidfd: int, pid: int | None = None) -> Future[Outcome] | None:

@@ -155,6 +155,7 @@ class ContainerWorker:
         self._exit: _Exit | None = None
         self._stopping = False
         self._killed_to_restart = False  # this run is being killed so it restarts (liveness, postStart)
+        self._killed_now: _Proc | None = None  # the run kill_now() SIGKILLed: stop() skips its SIGTERM and grace
         self._stop_event = asyncio.Event()
         self._running = False
         self._log = log.bind(pod=f"{config.pod_namespace}/{config.pod_name}", container=config.name)
@@ -547,6 +548,19 @@ class ContainerWorker:
         if sig == signal.SIGKILL:  # after killpg: a group sharing its mm is dying too
             self._releaser.release_soon(proc.pidfd, proc.pid)
 
+    def kill_now(self) -> None:
+        """SIGKILL the running process (group) at once and never restart it: a hard eviction, where
+        the node is at its line and every millisecond before the kill is memory the victim keeps
+        growing into. It comes before the eviction's bookkeeping; stop() follows as usual and
+        finds the process dying (no SIGTERM, no grace)."""
+        self.hold()
+        proc = self._proc
+        if proc is None or self._killed_now is proc:
+            return
+        self._killed_now = proc
+        self._signal(proc, signal.SIGKILL)  # and process_mrelease on its own thread
+        self._log.info("container_killed", pid=proc.pid)
+
     async def stop(self, grace_period: float) -> ContainerStatus:
         """SIGTERM, wait up to `grace_period` seconds, then SIGKILL group and cgroup; final status."""
         with self._step("stop", max(grace_period, 0) + STOP_SLACK_S):
@@ -556,7 +570,13 @@ class ContainerWorker:
         self._stopping = True
         self._stop_event.set()
         proc = self._proc
-        if proc is not None:
+        if proc is not None and self._killed_now is proc:  # kill_now() sent the SIGKILL
+            await self._kill_leftovers()
+            try:
+                await wait_for(asyncio.shield(proc.exited), KILL_WAIT_S)
+            except TimeoutError:
+                self._log.warning("container_kill_timeout", pid=proc.pid)
+        elif proc is not None:
             self._log.info("container_stopping", pid=proc.pid, grace_period=grace_period)
             self._signal(proc, signal.SIGTERM)
             faults.hit("stop-mid-grace")

@@ -29,6 +29,14 @@ DEFAULT_RATE_FLOOR = 1 << 30  # bytes/s; one core faulting in fresh pages does ~
 # which polls a quarter as often at a distance and still at the floor within ~13 MiB of the line
 # (idle CPU: bench/README.md, "Rate floor").
 NOTIFIED_RATE_FLOOR = 256 << 20
+# Near the line, between passes: a look at the memory signals alone every LOOK_S (a pread of
+# /proc/meminfo, ~0.3 ms in the UML guest against ~2 ms for a whole pass), whenever the poll
+# sleeps LOOK_BELOW_S or less (within ~25 MiB of the line at the notified rate floor, further
+# out only while memory fills fast); a threshold newly met ends the sleep. Detection near the
+# line is then LOOK_S, not the 25 ms floor; the looks cost a few % of the guest's one core while
+# the node sits that close (bench/README.md, "The memory look").
+LOOK_S = 0.01
+LOOK_BELOW_S = 0.05
 DEFAULT_HALF_LIFE_S = 2.0
 MEMORY_SIGNALS = (MEMORY_AVAILABLE, ALLOCATABLE_MEMORY_AVAILABLE)
 
@@ -63,6 +71,15 @@ def next_interval(
         return min_s
     seconds = headroom / max(fill_rate, rate_floor) * safety
     return min(max_s, max(min_s, seconds))
+
+
+def look_slices(seconds: float, look_s: float = LOOK_S, below_s: float = LOOK_BELOW_S) -> list[float]:
+    """How a poll sleep of `seconds` is cut: a look after each slice but the last, which ends in
+    the pass. One slice (no look) for a sleep longer than `below_s` or not longer than `look_s`."""
+    if seconds > below_s or seconds <= look_s:
+        return [max(0.0, seconds)]
+    looks = math.ceil(seconds / look_s - 1e-9) - 1
+    return [look_s] * looks + [seconds - looks * look_s]
 
 
 def rate_floor(notified_at_line: bool) -> float:
