@@ -37,6 +37,15 @@ def is_running(pid: int, start_time: int | None = None) -> bool:
 
 
 PF_EXITING = 0x4  # include/linux/sched.h: the task is in its exit path
+def exe_of(pid: int) -> str:
+    """The program `pid` runs, or "" once it is gone (a container's short-lived children exit between
+    reading cgroup.procs and this)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
 SIGKILL_BIT = 1 << 8  # SIGKILL (9) in the pending masks of /proc/<pid>/status
 
 

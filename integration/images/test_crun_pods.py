@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from agent_harness import AgentProcess, container_status, poll_until
+from kernel_view import exe_of
 
 from images.test_image_pods import image_pod, log_of, make_agent, runtime_leftovers, wait_state  # noqa: F401
 from nodeagent.agent.cgroups import layout
@@ -30,13 +31,6 @@ def selected(agent: AgentProcess) -> dict[str, Any]:
         if '"oci_runtime_selected"' in line:
             return dict(json.loads(line))
     raise AssertionError("no oci_runtime_selected in the agent's log:\n" + agent.log_tail())
-
-
-def exe_of(pid: int) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return ""
 
 
 def test_crun_runs_an_image_pod_where_it_works(make_agent: Callable[..., AgentProcess],  # noqa: F811

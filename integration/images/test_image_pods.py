@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agent_harness import AgentProcess, container_status, poll_until
-from kernel_view import container_id_parts, is_running
+from kernel_view import container_id_parts, exe_of, is_running
 
 from images.test_images import _load_overlay_module
 from nodeagent.agent.cgroups import layout
@@ -101,7 +101,9 @@ def test_image_pod_runs_in_its_container_cgroup_with_its_limits_and_is_removed(
     assert pids, agent.log_tail()
     limit = "memory.max" if agent.cg.version == 2 else "memory.limit_in_bytes"
     assert int(agent.cg.read(container_cg, "memory", limit)) == MEMORY
-    assert any(os.readlink(f"/proc/{p}/exe").endswith("busybox") for p in pids)
+    # the script's own children (hostname, cat) may come and go between the two reads
+    poll_until(lambda: any(exe_of(p).endswith("busybox") for p in agent.cg.pids(f"{container_cg}/oci")), 10,
+               lambda: f"busybox in the container's cgroup: {[exe_of(p) for p in agent.cg.pids(f'{container_cg}/oci')]}")
     # the pod's sandbox is charged to the pod, the runtime's monitor to the runtime's own cgroup
     assert agent.cg.pids(sandbox_cgroup(layout.pod_path("Guaranteed", uid)))
     monitor, _ = container_id_parts(container_status(pod)["containerID"])
