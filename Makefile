@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 LINT_VENV := .venv-lint
 CONFIG ?= config/nodeagent.yaml
-PYTEST_IT := -q -p no:cacheprovider
+PYTEST_IT := -q -p no:cacheprovider --durations=30
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 .PHONY: install run check-config lint test test-host unit integration integration-v2 integration-v2-a integration-v2-b integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling bench-cluster install-systemd clean
@@ -58,7 +58,7 @@ test-host: install
 	rc=0; $(MAKE) unit || rc=1; $(MAKE) integration || rc=1; exit $$rc
 
 unit: install
-	$(BIN)/pytest tests -q -p no:cacheprovider
+	$(BIN)/pytest tests -q -p no:cacheprovider --durations=30
 
 ## The image tests need Debian's runc, crun, skopeo, umoci, docker-registry and busybox-static:
 ## install-tools.sh installs the missing ones (the UML guest sees the host's / and so the same tools).

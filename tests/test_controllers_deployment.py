@@ -102,12 +102,21 @@ def test_reconcile_new_replica_set(dep, surge, old, new, want_new) -> None:
     (10, 2, 10, 0, 8, 0, 8),     # the unhealthy old replicas go first
     (10, 2, 10, 0, 9, 0, 8),     # one unhealthy, then one ready
     (10, 2, 8, 2, 8, 0, None),   # the new RS's unavailable pods hold back further scale down
+    # a stale status (written before a scale-down or a server restart) counts more available pods
+    # than the RS wants: at most spec.replicas of them count, so the old RS is never scaled up and
+    # comes down only by what the availability allows
+    (10, 2, 5, 5, 8, 5, 3),
+    (10, 2, 5, 5, 6, 3, None),   # old: 5 of 6 count; new: 2 unavailable, no room left
+    (10, 2, 6, 4, 6, 9, 4),      # new: 4 of 9 count, not 9
 ])
 def test_reconcile_old_replica_sets(dep, unavail, old, new, ready_old, ready_new, want_old) -> None:
     d = deployment(dep, 0, unavail)
     rss = [rs_for(d, "old", old, image="v0", available=ready_old, revision=1, desired=dep, max_replicas=dep),
            rs_for(d, "new", new, available=ready_new, revision=2, desired=dep, max_replicas=dep)]
-    assert _updates(dc.sync(d, rss, now=NOW)).get("old") == want_old
+    plan = dc.sync(d, rss, now=NOW)
+    assert _updates(plan).get("old") == want_old
+    olds = [a.obj["spec"]["replicas"] for a in plan.of_type(Update) if a.obj["metadata"]["name"] == "old"]
+    assert all(n <= old for n in olds), olds   # an old RS is never scaled up on the way
 
 
 @pytest.mark.parametrize(("was", "now_", "new", "olds", "want_new", "want_olds"), [

@@ -483,7 +483,7 @@ def _reconcile_old(s: _Sync, all_rss: list[Obj], old_rss: list[Obj], new_rs: Obj
         return False
     all_count = util.total_replicas(all_rss)
     min_available = replicas(s.d) - util.max_unavailable(s.d)
-    new_unavailable = util.rs_replicas(new_rs) - int_field(status(new_rs).get("availableReplicas"))
+    new_unavailable = util.rs_replicas(new_rs) - util.rs_available(new_rs)
     max_scaled_down = all_count - min_available - new_unavailable
     if max_scaled_down <= 0:
         return False
@@ -499,7 +499,7 @@ def _cleanup_unhealthy(s: _Sync, old_rss: list[Obj], max_cleanup: int) -> tuple[
     for i, rs in enumerate(old_rss):
         if total >= max_cleanup:
             break
-        have, avail = util.rs_replicas(rs), int_field(status(rs).get("availableReplicas"))
+        have, avail = util.rs_replicas(rs), util.rs_available(rs)
         if have == 0 or have == avail:
             continue
         down = min(max_cleanup - total, have - avail)
@@ -510,7 +510,7 @@ def _cleanup_unhealthy(s: _Sync, old_rss: list[Obj], max_cleanup: int) -> tuple[
 
 def _scale_down_old(s: _Sync, all_rss: list[Obj], old_rss: list[Obj]) -> int:
     min_available = replicas(s.d) - util.max_unavailable(s.d)
-    available = util.total_status(all_rss, "availableReplicas")
+    available = util.total_available(all_rss)
     if available <= min_available:
         return 0
     total, target = 0, available - min_available

@@ -133,6 +133,18 @@ def total_status(rss: Sequence[Obj | None], field: str) -> int:
     return sum(int_field(status(rs).get(field)) for rs in rss if rs is not None)
 
 
+def rs_available(rs: Obj | None) -> int:
+    """The RS's available pods, never more than it wants: a status written before a scale-down (or
+    before a server restart) can still count pods the RS is deleting. Upstream reads the raw status
+    and refuses the sync with an error when it exceeds spec.replicas; counting at most spec.replicas
+    plans the scale-down a fresh status would and cannot plan a scale-up of an old RS."""
+    return 0 if rs is None else min(int_field(status(rs).get("availableReplicas")), rs_replicas(rs))
+
+
+def total_available(rss: Sequence[Obj | None]) -> int:
+    return sum(rs_available(rs) for rs in rss)
+
+
 def filter_active(rss: Sequence[T | None]) -> list[T]:
     return [rs for rs in rss if rs is not None and rs_replicas(rs) > 0]
 
