@@ -195,6 +195,15 @@ def test_backoff_doubles_from_200ms_to_7s(failures: int, delay: float) -> None:
     assert bodies.backoff_delay(failures) == pytest.approx(delay)
 
 
+@pytest.mark.parametrize(("failures", "duration", "delay"), [
+    (1, 40, 0.2), (6, 40, 6.4), (9, 40, 7.0),   # the default 40 s lease: the kubelet's back-off
+    (3, 4, 0.8), (4, 4, 1.0), (9, 4, 1.0),      # a 4 s lease is renewed every second: never wait longer
+    (9, 28, 7.0), (9, 20, 5.0), (9, 0, 0.2),
+])
+def test_the_sync_retries_within_the_renew_interval(failures: int, duration: int, delay: float) -> None:
+    assert bodies.lease_retry_delay(failures, duration) == pytest.approx(delay)
+
+
 def test_status_fingerprint_ignores_heartbeats_only() -> None:
     patch = bodies.status_patch({**AGENT_NODE, "status": {**AGENT_NODE["status"], "conditions": [
         {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-01-01T00:00:00Z",

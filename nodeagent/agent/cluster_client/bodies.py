@@ -123,6 +123,15 @@ def lease_renew_interval(duration_s: int) -> float:
     return duration_s * 0.25
 
 
+def lease_retry_delay(failures: int, duration_s: int) -> float:
+    """The wait after the n-th failed round of the node's sync: the kubelet's 200 ms doubled up to
+    7 s, but never longer than the renew interval. Upstream caps at 7 s whatever the lease; with a
+    lease shorter than ~9 s (a test cluster, or a fast node-loss setup) a server back after an
+    outage would then see the lease lapse before the agent asked again, and mark the node Unknown
+    and taint it although the agent is fine."""
+    return backoff_delay(failures, maximum=min(BACKOFF_MAX_S, max(lease_renew_interval(duration_s), BACKOFF_INITIAL_S)))
+
+
 def backoff_delay(failures: int, initial: float = BACKOFF_INITIAL_S, maximum: float = BACKOFF_MAX_S) -> float:
     """The wait after the n-th consecutive failure (n >= 1): initial doubled each time, capped."""
     if failures <= 0:

@@ -246,14 +246,14 @@ class ControlPlaneSync(KubeconfigClient):
                 await self.renew_lease(client, name, cfg.node_lease_duration_seconds)
                 self.next_lease = now + bodies.lease_renew_interval(cfg.node_lease_duration_seconds)
         except (ApiError, KubeconfigError, aiohttp.ClientError, TimeoutError, OSError) as e:
-            return await self._failed(e, cfg.kubeconfig)
+            return await self._failed(e, cfg.kubeconfig, cfg.node_lease_duration_seconds)
         if not self.connected:
             log.info("control_plane_connected", server=client.creds.server, node=name, user=client.creds.user_kind,
                      after_failures=self.failures)
         self.connected, self.failures, self.last_error = True, 0, None
         return max(0.0, min(self.next_status, self.next_lease) - self.clock.now())
 
-    async def _failed(self, error: Exception, path: str) -> float:
+    async def _failed(self, error: Exception, path: str, lease_duration_s: int) -> float:
         message = f"{type(error).__name__}: {error}"
         if self.connected or self.failures == 0:
             log.warning("control_plane_lost" if self.connected else "control_plane_unreachable",
@@ -264,7 +264,7 @@ class ControlPlaneSync(KubeconfigClient):
         self.last_error = message
         if not isinstance(error, ApiError) or error.code in (401, 403):
             await self._drop_client()  # read the kubeconfig again: a rotated token or CA
-        return bodies.backoff_delay(self.failures)
+        return bodies.lease_retry_delay(self.failures, lease_duration_s)
 
     async def idle(self) -> None:
         """kubeconfig unset (or cleared by a reload): forget the server."""
