@@ -219,7 +219,7 @@ class GenericStore:
                                      f"{type(raw).__name__} into an object of kind {self.info.kind}")
         self._check_kind(raw)
         validator = self.plugins.validator
-        if validator is None:
+        if validator is None or ctx.internal:
             return raw
         check = validator.check(body, self.info, ctx.field_validation)
         if check.strict_error:
@@ -246,6 +246,8 @@ class GenericStore:
         fm = self.plugins.field_manager
         if fm is None or ctx.applying:  # server-side apply records its own managedFields
             return new
+        if subresource and subresource in self.strategy.unmanaged_subresources:
+            return new  # written as upstream's storage-level update: managedFields stay the stored ones
         return fm.update(old, new, self.info, manager=ctx.field_manager or "unknown", subresource=subresource)
 
     async def _admit(self, op: Any, obj: Obj, old: Obj | None, ctx: Context, subresource: str = "") -> None:
