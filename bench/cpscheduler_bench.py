@@ -24,6 +24,7 @@ import psutil
 from nodeagent.cluster.controlplane import ControlPlane
 from nodeagent.cluster.registry.options import ListOptions
 from nodeagent.cluster.serverconfig import parse_server_config
+from nodeagent.daemonkit.heap import freeze_startup_heap
 
 CLIENTS = 16
 
@@ -77,7 +78,8 @@ async def run(pods: int, nodes: int) -> None:
                                       "logging": {"level": "warning"}}, "bench")
         cp = ControlPlane(config)
         port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        server = asyncio.create_task(cp.run(ready=port.set_result))
+        # as `nodeagent server run`: the start-up heap frozen once it listens (cli/controlplane_commands.py)
+        server = asyncio.create_task(cp.run(ready=lambda p: (freeze_startup_heap(), port.set_result(p))))
         url = f"http://127.0.0.1:{await port}"
         registry_pods = cp.registry.resource("", "v1", "pods") if cp.registry else None
         assert registry_pods is not None

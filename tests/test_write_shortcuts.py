@@ -124,7 +124,8 @@ async def test_the_recorders_events_pass_field_validation_unchanged() -> None:
     await recorder.flush()
     task.cancel()
     validator = SchemaFieldValidator()
-    assert len(written) == 5 and written[2]["count"] == 3
+    assert len(written) == 5  # the writers run one queue each: their order is not the events'
+    assert max(b.get("count", 1) for b in written if b["reason"] == "FailedScheduling") == 3
     for body in written:
         check = validator.check(copy.deepcopy(body), EventStrategy.info, "Strict")
         assert check.value == body and not check.errors and not check.warnings and not check.strict_error

@@ -335,7 +335,18 @@ class GenericStore:
             raise self._not_found(name)
         return self._decode(kv)
 
+    async def versions(self, namespace: str | None) -> tuple[tuple[str, int], ...]:
+        """(key, mod_revision) of every object now stored under the namespace (all, for None),
+        nothing decoded: the stamp of a cache built from a list (admission's PriorityClasses)."""
+        try:
+            res = await self.store.range(self.prefix(namespace))
+        except StoreError as e:
+            raise store_error(e) from None
+        return tuple((kv.key, kv.mod_revision) for kv in res.kvs)
+
     def check_fields(self, opts: ListOptions) -> None:
+        if opts.field.empty:  # most lists (admission reads four kinds on every pod create)
+            return
         supported = {"metadata.name", "metadata.namespace"} | self.strategy.field_labels
         for f in opts.field.fields():
             if f not in supported:
