@@ -19,10 +19,12 @@ import time
 from typing import Any
 
 import aiohttp
+import psutil
 
 from nodeagent.cluster.controlplane import ControlPlane
 from nodeagent.cluster.registry.options import ListOptions
 from nodeagent.cluster.serverconfig import parse_server_config
+from nodeagent.daemonkit.heap import freeze_startup_heap
 
 CLIENTS = 16
 
@@ -37,6 +39,13 @@ def pod(ns: str, i: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i:05d}", "namespace": ns},
             "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "1d"],
                                      "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+
+
+def cpu() -> float:
+    """CPU seconds of this process (server, scheduler and clients) and its children (the SQLite writer)."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    return t.user + t.system + sum(c.cpu_times().user + c.cpu_times().system for c in me.children(recursive=True))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -69,7 +78,8 @@ async def run(pods: int, nodes: int) -> None:
                                       "logging": {"level": "warning"}}, "bench")
         cp = ControlPlane(config)
         port: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        server = asyncio.create_task(cp.run(ready=port.set_result))
+        # as `nodeagent server run`: the start-up heap frozen once it listens (cli/controlplane_commands.py)
+        server = asyncio.create_task(cp.run(ready=lambda p: (freeze_startup_heap(), port.set_result(p))))
         url = f"http://127.0.0.1:{await port}"
         registry_pods = cp.registry.resource("", "v1", "pods") if cp.registry else None
         assert registry_pods is not None
@@ -91,20 +101,22 @@ async def run(pods: int, nodes: int) -> None:
             burst = [pod("burst", i) for i in range(pods)]
             await post_all(session, url, burst)
             await asyncio.sleep(1.0)
-            t_nodes = time.perf_counter()
+            t_nodes, c_nodes = time.perf_counter(), cpu()
             await post_all(session, url, [node(i) for i in range(nodes)])
             while len(bound) < pods:
                 await asyncio.sleep(0.01)
             burst_s = max(bound.values()) - t_nodes
+            burst_cpu = cpu() - c_nodes
             bound.clear()
             # steady: created while the scheduler runs
             created: dict[str, float] = {}
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu()
             await post_all(session, url, [pod("steady", pods + i) for i in range(pods)], created)
             t_created = time.perf_counter()
             while len(bound) < pods:
                 await asyncio.sleep(0.01)
             total = max(bound.values()) - t0
+            steady_cpu = cpu() - c0
         latencies = [(bound[n] - created[n]) * 1000 for n in created]
         sched = cp.scheduler
         assert sched is not None
@@ -112,6 +124,8 @@ async def run(pods: int, nodes: int) -> None:
         print(f"  burst  (pods pending, then the nodes): {pods / burst_s:8.0f} pods/s bound ({burst_s:.2f} s)")
         print(f"  steady (created while scheduling):     {pods / total:8.0f} pods/s created+bound "
               f"(creates alone {pods / (t_created - t0):.0f}/s)")
+        print(f"  CPU per pod (this process and the SQLite writer): burst {burst_cpu / pods * 1e3:.2f} ms "
+              f"(incl. the {nodes} node creates), steady {steady_cpu / pods * 1e3:.2f} ms (incl. the HTTP clients)")
         print(f"  create->bound latency: p50 {statistics.median(latencies):.1f} ms, p99 {pct(latencies, 0.99):.1f} ms, "
               f"max {max(latencies):.1f} ms")
         print(f"  counters: {sched.counters}")

@@ -157,3 +157,30 @@ def test_informer_cache_indexes_and_handlers() -> None:
     inf.apply("DELETED", _pod("p1", "6", owner="rs"))
     assert inf.get("a/p1") is None and inf.controlled_by("u-rs") == [] and inf.in_namespace("a") == []
     assert seen[-1] == ("delete", "p1") and len(inf) == 1
+
+
+def test_informer_node_index_follows_binding_moves_and_deletes() -> None:
+    inf = Informer("v1", "Pod")
+
+    def bound(name: str, rv: str, node: str | None) -> dict[str, object]:
+        p = _pod(name, rv)
+        p["spec"] = {"nodeName": node} if node is not None else {}
+        return p
+
+    def on(node: str) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in inf.on_node(node))  # type: ignore[index]
+
+    inf.apply("ADDED", bound("p1", "1", None))
+    inf.apply("ADDED", bound("p2", "2", "n1"))
+    assert on("n1") == ["p2"] and on("") == [] and on("n2") == []
+    inf.apply("MODIFIED", bound("p1", "3", "n1"))  # the binding
+    assert on("n1") == ["p1", "p2"]
+    inf.apply("MODIFIED", bound("p2", "4", "n2"))  # (a node never changes upstream; the index follows anyway)
+    assert on("n1") == ["p1"] and on("n2") == ["p2"]
+    inf.apply("DELETED", bound("p1", "5", "n1"))
+    assert on("n1") == [] and on("n2") == ["p2"]
+    inf.apply("MODIFIED", {**bound("p2", "6", None), "spec": "not an object"})
+    assert on("n2") == [] and len(inf) == 1
+    for node, names in (("n1", []), ("n2", [])):
+        assert on(node) == names
+    assert inf._by_node == {}

@@ -128,6 +128,26 @@ async def test_binding_sets_the_node_once_and_refuses_a_second_binder(h: Harness
     assert created["metadata"]["uid"]
 
 
+async def test_binding_leaves_managed_fields_and_the_stored_parts_it_does_not_change(h: Harness) -> None:
+    """As upstream's BindingREST (a storage-level GuaranteedUpdate): no managedFields entry for
+    the binder; spec.nodeName, PodScheduled=True and the Binding's annotations, the rest as stored."""
+    created = await h.pods.create("default", {**pod("p"), "metadata": {"name": "p", "annotations": {"a": "1"}}}, CTX)
+    before = await h.pod("p")
+    target = {"metadata": {"name": "p", "annotations": {"b": "2"}}, "target": {"kind": "Node", "name": "n1"}}
+    bound = await bind(h.pods, "default", "p", target, Context(field_manager="default-scheduler"))
+    after = await h.pod("p")
+    assert after == bound
+    assert after["metadata"]["managedFields"] == before["metadata"]["managedFields"] == created["metadata"]["managedFields"]
+    assert after["metadata"]["annotations"] == {"a": "1", "b": "2"}
+    assert after["spec"] == {**before["spec"], "nodeName": "n1"}
+    assert [(c["type"], c["status"]) for c in after["status"]["conditions"]] == [("PodScheduled", "True")]
+    assert int(after["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+    unchanged = ("uid", "creationTimestamp", "generation", "name", "namespace")
+    assert {k: after["metadata"].get(k) for k in unchanged} == {k: before["metadata"].get(k) for k in unchanged}
+    assert {k: v for k, v in after["status"].items() if k != "conditions"} == \
+        {k: v for k, v in before["status"].items() if k != "conditions"}
+
+
 async def test_two_binders_racing_bind_exactly_once(h: Harness) -> None:
     await h.pods.create("default", pod("p"), CTX)
     results = await asyncio.gather(*(bind(h.pods, "default", "p", {"target": {"name": f"n{i}"}}, CTX)

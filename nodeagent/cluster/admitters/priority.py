@@ -19,15 +19,16 @@ _PC_FIELDS = ("value", "globalDefault", "preemptionPolicy", "description")
 class PriorityAdmission:
     def __init__(self, registry: Registry) -> None:
         self.classes = registry.resource("scheduling.k8s.io", "v1", "priorityclasses")
-        self._built: tuple[tuple[tuple[str, str], ...], PriorityClassRegistry] | None = None
+        self._built: tuple[tuple[tuple[str, int], ...], PriorityClassRegistry] | None = None
 
     async def _registry(self) -> PriorityClassRegistry:
-        """The classes as stored now; built again only when one of them changed (a name and
-        resourceVersion pins its content), not on every pod create."""
-        items = (await self.classes.list(None, ListOptions())).items
-        stamp = tuple((str(o["metadata"]["name"]), str(o["metadata"].get("resourceVersion"))) for o in items)
+        """The classes as stored now; listed and built again only when one of them changed (a key
+        and its mod revision pin its content), not on every pod create: the stamp is read from
+        the store without decoding the classes."""
+        stamp = await self.classes.versions(None)
         if self._built is not None and self._built[0] == stamp:
             return self._built[1]
+        items = (await self.classes.list(None, ListOptions())).items  # newer than the stamp at worst: rebuilt next time
         reg = self._build(items)
         self._built = (stamp, reg)
         return reg

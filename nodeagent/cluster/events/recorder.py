@@ -75,7 +75,7 @@ class EventRecorder:
         await asyncio.gather(*(self._writer(q) for q in self._queues))
 
     async def _writer(self, queue: asyncio.Queue[Obj]) -> None:
-        ctx = Context(field_manager=self.component, field_validation="Ignore")
+        ctx = Context(field_manager=self.component, field_validation="Ignore", internal=True)
         while True:
             ev = await queue.get()
             try:

@@ -253,9 +253,12 @@ def _same_json(a: Any, b: Any) -> bool:
 
 
 def _json_equal(a: Any, b: Any) -> bool:
-    if type(a) is type(b) and isinstance(a, str | bool):
+    if type(a) is type(b) and type(a) in _EXACT:  # == is JSON equality for these (no 1 == True, no -0.0)
         return bool(a == b)
     return canonical_json(a) == canonical_json(b)
+
+
+_EXACT = (str, bool, int, type(None))
 
 
 def _leaf(lhs: Any, rhs: Any) -> _Diff:
@@ -339,6 +342,8 @@ def _walk_one_sided(value: Any, node: Node, depth: int) -> FieldSet:
 def _compare(lhs: Any, rhs: Any, schema: Schema | None, depth: int) -> _Diff:
     if depth > MAX_DEPTH:
         raise TypedError((), f"nested deeper than {MAX_DEPTH} levels")
+    if lhs is rhs and lhs is not ABSENT:  # one object on both sides (a write that copied only what it changed)
+        return _NO_DIFF
     if lhs is ABSENT:
         node = resolve(schema, rhs)
         if node.kind == Kind.LEAF or _empty(rhs):

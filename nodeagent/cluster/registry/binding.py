@@ -4,7 +4,9 @@ The pod is updated through a compare-and-swap on its revision, so two binders ca
 win: the second finds spec.nodeName set and gets 409 Conflict `Operation cannot be fulfilled on
 pods/binding "x": pod x is already assigned to node "n"` (a pod being deleted: `pod x is being
 deleted, cannot be assigned to a host`). The binding sets spec.nodeName, PodScheduled=True and
-copies the Binding's annotations, as upstream's assignPod does.
+copies the Binding's annotations, as upstream's assignPod does. As upstream (BindingREST writes the
+pod through the storage's GuaranteedUpdate, not the update handler), the write leaves the pod's
+metadata.managedFields as they are: no entry for the binder (PodStrategy.unmanaged_subresources).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from nodeagent.cluster.registry.options import Context
 from nodeagent.cluster.registry.store import GenericStore
 from nodeagent.cluster.registry.strategy import Obj
 from nodeagent.core.errors import FieldError
-from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.names import dns1123_subdomain_errors, invalid
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.core.wellknown import POD_SCHEDULED
@@ -68,15 +69,16 @@ async def bind(pods: GenericStore, namespace: str, name: str, body: Any, ctx: Co
         if spec.get("nodeName"):
             raise errors.conflict("pods/binding", "", name,
                                   f'pod {name} is already assigned to node "{spec["nodeName"]}"')
-        new = json_copy(old)
-        new["spec"]["nodeName"] = node
+        # copies of the parts it changes only: `old` is this write's own decode, nothing else holds it
+        new = {**old, "metadata": dict(meta), "spec": {**spec, "nodeName": node}}
         if annotations:
             new["metadata"]["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-        status = new.setdefault("status", {})
+        status = dict(old.get("status") or {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != POD_SCHEDULED]
         conditions.append({"type": POD_SCHEDULED, "status": "True", "lastProbeTime": None,
                            "lastTransitionTime": rfc3339(pods.clock.wall())})
         status["conditions"] = conditions
+        new["status"] = status
         return new
 
     return await pods.guaranteed_update(namespace, name, assign, ctx, subresource="binding")

@@ -29,6 +29,9 @@ class Context:
     field_validation: FieldValidation = "Warn"
     force: bool = False
     applying: bool = False  # a server-side apply: the patcher writes managedFields itself
+    # a body the server built itself (the event recorder's): well-formed by construction, so no
+    # field validation pass (it would return the same object); never set for a client's request
+    internal: bool = False
     user: str = ""
     groups: tuple[str, ...] = ()
     principal: Any = None  # the authenticated (or impersonated) user, as the authentication room gives it

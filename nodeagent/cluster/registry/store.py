@@ -219,7 +219,7 @@ class GenericStore:
                                      f"{type(raw).__name__} into an object of kind {self.info.kind}")
         self._check_kind(raw)
         validator = self.plugins.validator
-        if validator is None:
+        if validator is None or ctx.internal:
             return raw
         check = validator.check(body, self.info, ctx.field_validation)
         if check.strict_error:
@@ -246,6 +246,8 @@ class GenericStore:
         fm = self.plugins.field_manager
         if fm is None or ctx.applying:  # server-side apply records its own managedFields
             return new
+        if subresource and subresource in self.strategy.unmanaged_subresources:
+            return new  # written as upstream's storage-level update: managedFields stay the stored ones
         return fm.update(old, new, self.info, manager=ctx.field_manager or "unknown", subresource=subresource)
 
     async def _admit(self, op: Any, obj: Obj, old: Obj | None, ctx: Context, subresource: str = "") -> None:
@@ -333,7 +335,18 @@ class GenericStore:
             raise self._not_found(name)
         return self._decode(kv)
 
+    async def versions(self, namespace: str | None) -> tuple[tuple[str, int], ...]:
+        """(key, mod_revision) of every object now stored under the namespace (all, for None),
+        nothing decoded: the stamp of a cache built from a list (admission's PriorityClasses)."""
+        try:
+            res = await self.store.range(self.prefix(namespace))
+        except StoreError as e:
+            raise store_error(e) from None
+        return tuple((kv.key, kv.mod_revision) for kv in res.kvs)
+
     def check_fields(self, opts: ListOptions) -> None:
+        if opts.field.empty:  # most lists (admission reads four kinds on every pod create)
+            return
         supported = {"metadata.name", "metadata.namespace"} | self.strategy.field_labels
         for f in opts.field.fields():
             if f not in supported:

@@ -130,6 +130,9 @@ class Strategy:
     generation: ClassVar[bool] = False  # metadata.generation kept (1 on create, +1 on spec changes)
     subresource_names: ClassVar[tuple[str, ...]] = ()  # beyond status: e.g. namespaces/finalize
     spec_subresources: ClassVar[tuple[str, ...]] = ()  # subresources whose spec changes bump the generation (scale)
+    # subresources whose writes leave metadata.managedFields as they are: upstream writes them to
+    # the storage directly, not through the field manager (pods/binding: BindingREST's GuaranteedUpdate)
+    unmanaged_subresources: ClassVar[tuple[str, ...]] = ()
 
     # ---- create / update -----------------------------------------------------------------------
     def default(self, obj: Obj) -> None:

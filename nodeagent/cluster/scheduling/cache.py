@@ -81,6 +81,16 @@ def pod_info(obj: Obj) -> PodInfo:
     return info
 
 
+def same_but_node(old: Obj, new: Obj) -> bool:
+    """Whether two pod specs are equal but for spec.nodeName (a binding): the PodInfo, which never
+    reads the node, stays; the node the pod counts on is the object's."""
+    if old == new:
+        return True
+    if len(old) - ("nodeName" in old) != len(new) - ("nodeName" in new):
+        return False
+    return all(k == "nodeName" or (k in new and new[k] == v) for k, v in old.items())
+
+
 def _placement_meta(obj: Obj) -> tuple[Any, Any]:
     """What the placement rules read from metadata: a change re-counts the pod."""
     meta = obj.get("metadata") or {}
@@ -153,10 +163,10 @@ class SchedulerCache:
                 return
             old = None
         spec = obj.get("spec") or {}
-        if old is not None and old.obj.get("spec") == spec and _placement_meta(old.obj) == _placement_meta(obj) \
-                and counted_status(old.obj) == counted_status(obj):
+        if old is not None and same_but_node(old.obj.get("spec") or {}, spec) \
+                and _placement_meta(old.obj) == _placement_meta(obj) and counted_status(old.obj) == counted_status(obj):
             cp = old
-            cp.obj = obj  # the same spec, labels, owners and resize state: the parsed view stays
+            cp.obj = obj  # the same spec (but its node), labels, owners and resize state: the parsed view stays
         else:
             try:
                 cp = CachedPod(obj, pod_info(obj))

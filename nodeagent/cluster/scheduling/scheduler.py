@@ -38,7 +38,6 @@ from nodeagent.cluster.scheduler.preemption import Preemption, preempt
 from nodeagent.cluster.scheduler.queue import QueuedPod, SchedulingQueue
 from nodeagent.cluster.scheduling.cache import CachedPod, SchedulerCache
 from nodeagent.core.clock import Clock
-from nodeagent.core.jsoncopy import json_copy
 from nodeagent.core.timefmt import rfc3339
 from nodeagent.core.wellknown import DISRUPTION_TARGET, POD_SCHEDULED
 from nodeagent.daemonkit.tasks import GuardedTasks
@@ -175,7 +174,10 @@ class Scheduler:
         meta = cp.obj["metadata"]
 
         def mutate(old: Obj) -> Obj:
-            new = {**old, "status": json_copy(old.get("status") or {})}  # only the status changes
+            # only the status's top level is changed (set_condition puts a new list, a nomination is
+            # a key): the rest is shared with `old`, this write's own decode, and the field manager's
+            # compare skips what is shared (a kubelet's containerStatuses) at once
+            new = {**old, "status": dict(old.get("status") or {})}
             change(new["status"])
             return new
 

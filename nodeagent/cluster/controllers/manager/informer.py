@@ -2,7 +2,8 @@
 
 The control plane feeds `apply(event_type, obj)` from a list+watch of one resource (its Feed:
 list, watch, relist when the watch ends); the cache keeps the objects by `namespace/name` with a
-namespace index and an index of dependents by their controller's uid, and calls the handlers of
+namespace index, an index of dependents by their controller's uid and one of pods by spec.nodeName
+(upstream's node lifecycle controller indexes pods by node too), and calls the handlers of
 every controller that registered. Objects are shared read-only: a controller copies before it
 changes one (the pure cores work on copies).
 """
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent.cluster.controllers.common.meta import controller_ref, key, namespace
+from nodeagent.cluster.controllers.common.meta import controller_ref, key, namespace, spec
 
 Obj = Mapping[str, Any]
 
@@ -31,6 +32,7 @@ class Informer:
         self._objects: dict[str, Obj] = {}
         self._by_namespace: dict[str, dict[str, Obj]] = {}
         self._by_controller: dict[str, dict[str, Obj]] = {}
+        self._by_node: dict[str, dict[str, Obj]] = {}
         self._handlers: list[Handlers] = []
 
     def add_handlers(self, handlers: Handlers) -> None:
@@ -66,6 +68,9 @@ class Informer:
         ref = controller_ref(obj)
         if ref is not None:
             self._by_controller.setdefault(str(ref.get("uid") or ""), {})[k] = obj
+        node = _node_name(obj)
+        if node:
+            self._by_node.setdefault(node, {})[k] = obj
 
     def _unindex(self, k: str, obj: Obj) -> None:
         ns = self._by_namespace.get(namespace(obj))
@@ -80,6 +85,12 @@ class Informer:
                 owned.pop(k, None)
                 if not owned:
                     del self._by_controller[str(ref.get("uid") or "")]
+        node = _node_name(obj)
+        on_node = self._by_node.get(node) if node else None
+        if on_node is not None:
+            on_node.pop(k, None)
+            if not on_node:
+                del self._by_node[node]
 
     # ---- reads ----
     def get(self, k: str) -> Obj | None:
@@ -94,8 +105,17 @@ class Informer:
     def controlled_by(self, owner_uid: str) -> list[Obj]:
         return list((self._by_controller.get(owner_uid) or {}).values())
 
+    def on_node(self, node_name: str) -> list[Obj]:
+        """The objects whose spec.nodeName is `node_name` (pods bound to that node)."""
+        return list((self._by_node.get(node_name) or {}).values())
+
     def object_keys(self) -> list[str]:
         return list(self._objects)
 
     def __len__(self) -> int:
         return len(self._objects)
+
+
+def _node_name(obj: Obj) -> str:
+    node = spec(obj).get("nodeName")
+    return node if isinstance(node, str) else ""

@@ -96,7 +96,7 @@ class NodeLifecycleController(Controller):
         return await self._sync_node(k)
 
     def _pods_on(self, node_name: str) -> list[Obj]:
-        return [p for p in self.pods.items() if spec(p).get("nodeName") == node_name]
+        return self.pods.on_node(node_name)  # an index: scanning every pod per node was O(nodes x pods)
 
     async def _sync_node(self, node_name: str) -> float | None:
         """doNoScheduleTaintingPass and the taint eviction of the node's pods."""

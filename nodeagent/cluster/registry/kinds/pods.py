@@ -134,6 +134,7 @@ class PodStrategy(Strategy):
     has_status = True
     generation = True
     spec_subresources = ("resize",)  # a resize bumps metadata.generation (updatePodGeneration)
+    unmanaged_subresources = ("binding",)  # BindingREST writes the pod through the storage, no field manager
     return_deleted_object = True
     field_labels = frozenset({"spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
                               "spec.hostNetwork", "status.phase", "status.podIP", "status.podIPs",
