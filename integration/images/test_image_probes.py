@@ -92,7 +92,7 @@ def test_exec_probes_and_hooks_run_inside_an_image_container(
     def sleeper() -> list[int]:
         return [p for p in agent.cg.pids(inner) if EXEC_TIMEOUT_MARK in cmdline(p)]
 
-    pids = poll_until(sleeper, 60, "the timed-out probe's process in the container")
+    pids = poll_until(sleeper, 150, "the timed-out probe's process in the container")
     poll_until(lambda: not set(pids) & set(sleeper()), 30, "the timed-out probe's process to be killed")  # << 77 s
     assert ready(agent, "slow") is False
 
