@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 LINT_VENV := .venv-lint
 CONFIG ?= config/nodeagent.yaml
-PYTEST_IT := -q -p no:cacheprovider --durations=30
+# Short tracebacks: CI's record keeps only part of a long log, and a failure's E lines must be in it
+PYTEST_IT := -q -p no:cacheprovider --durations=30 --tb=short
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo yes)
 
 .PHONY: install run check-config lint test test-host test-v2 unit unit-kube unit-rest integration integration-v2 integration-v2-a integration-v2-b integration-container bench bench-agent bench-scheduler bench-images bench-storage bench-apiserver bench-autoscaling bench-cluster install-systemd clean
@@ -70,13 +71,13 @@ UNIT_KUBE := $(filter-out $(UNIT_KUBE_LATE),$(sort $(wildcard tests/test_kube_*.
 
 ## unit = unit-kube + unit-rest
 unit: install
-	$(BIN)/pytest tests -q -p no:cacheprovider --durations=30
+	$(BIN)/pytest tests $(PYTEST_IT)
 
 unit-kube: install
-	$(BIN)/pytest $(UNIT_KUBE) -q -p no:cacheprovider --durations=30
+	$(BIN)/pytest $(UNIT_KUBE) $(PYTEST_IT)
 
 unit-rest: install
-	$(BIN)/pytest tests $(addprefix --ignore=,$(UNIT_KUBE)) -q -p no:cacheprovider --durations=30
+	$(BIN)/pytest tests $(addprefix --ignore=,$(UNIT_KUBE)) $(PYTEST_IT)
 
 ## The image tests need Debian's runc, crun, skopeo, umoci, docker-registry and busybox-static:
 ## install-tools.sh installs the missing ones (the UML guest sees the host's / and so the same tools).
