@@ -7,7 +7,8 @@ UML guest (pure v2):   integration/run-in-uml.sh .venv/bin/pytest integration/te
 The container (a cgroup of this test's own) allocates and touches 200 MiB, then spins; its cgroup
 is then throttled to 1 ms of CPU a second, so once killed it cannot run its exit path for up to a
 second: a throttled victim is the case process_mrelease is for. The ContainerWorker stops it as a
-hard eviction does (grace 0). The releaser is the real one over libc's syscall(2), wrapped to
+hard eviction does (grace 0). The releaser is the real one over libc's syscall(2) (first waiting
+RELEASE_AFTER_S for an exit, as in the agent), wrapped to
 record, in its thread, what the kernel answered and the cgroup's memory just before and after.
 Without the call the record stays empty; with it, the memory is gone while the victim still is
 not a zombie. Then the throttle is lifted so the victim exits and the stop completes.

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from nodeagent.agent.runtime.mrelease import MemoryReleaser, Outcome, Syscall, libc_syscall, outcome_of
+from nodeagent.agent.runtime.mrelease import (
+    RELEASE_AFTER_S,
+    MemoryReleaser,
+    Outcome,
+    Syscall,
+    libc_syscall,
+    outcome_of,
+    releaser_from_env,
+)
 from nodeagent.agent.runtime.spawn import LaunchSpec
 from nodeagent.agent.runtime.state import Running, Terminated
 from nodeagent.agent.runtime.supervisor import ContainerConfig, ContainerWorker
@@ -84,6 +92,18 @@ def test_no_syscall_here_is_unsupported_from_the_start() -> None:
         assert r.release_soon(7) is None
     assert events(logs, "info") == ["process_mrelease_unsupported"]
     assert libc_syscall("alpha") is None  # its number differs: never guessed
+
+
+@pytest.mark.parametrize(("value", "supported"), [("off", False), (" OFF ", False), ("on", True), ("", True),
+                                                  (None, True), ("no", True)])
+def test_nodeagent_mrelease_off_leaves_the_call_out(value: str | None, supported: bool) -> None:
+    env = {} if value is None else {"NODEAGENT_MRELEASE": value}
+    with capture_logs() as logs:
+        r = releaser_from_env(env)
+    assert r.supported is (supported and libc_syscall() is not None)
+    if not supported:
+        assert r.release(7) is Outcome.UNSUPPORTED
+        assert [e["reason"] for e in logs if e["event"] == "process_mrelease_unsupported"] == ["NODEAGENT_MRELEASE=off"]
 
 
 def test_an_unexpected_errno_is_logged_once_per_value_and_never_raised() -> None:
@@ -165,8 +185,9 @@ class FileCgroup:
 class SpyReleaser(MemoryReleaser):
     """Records, on the loop thread at the moment of the call, which process the pidfd names."""
 
-    def __init__(self, syscall: Syscall | None = None) -> None:
-        super().__init__(syscall or FakeSyscall())
+    def __init__(self, syscall: Syscall | None = None, after: float = 0.0) -> None:
+        self.syscall = syscall or FakeSyscall()
+        super().__init__(self.syscall, after=after)
         self.asked: list[tuple[int, int | None]] = []
         self.futures: list[Future[Outcome]] = []
 
@@ -214,6 +235,37 @@ async def test_a_kill_with_grace_zero_releases_the_victims_memory(tmp_path: Path
     await task
     assert spy.asked == [(pid, pid)]  # the pidfd named the victim, not yet reaped
     assert [f.result(10) for f in spy.futures] == [Outcome.RELEASED]
+
+
+async def test_a_victim_that_exits_within_the_wait_is_left_to_its_exit_path(tmp_path: Path) -> None:
+    """The call waits `after` (RELEASE_AFTER_S by default) for the exit first; 5 s here, so that
+    the killed shell exits within it even on a loaded machine: the kernel is not asked at all."""
+    assert MemoryReleaser(None)._after == RELEASE_AFTER_S
+    spy = SpyReleaser(after=5.0)
+    w = ContainerWorker(config(tmp_path, IGNORES_SIGTERM), FileCgroup(tmp_path / "cgroup.procs"), releaser=spy)
+    task = asyncio.create_task(w.run())
+    await until(lambda: isinstance(w.status.state, Running) and ignores_sigterm(w.pid))
+    await w.stop(0)
+    await task
+    assert [f.result(10) for f in spy.futures] == [Outcome.EXITED]
+    assert isinstance(spy.syscall, FakeSyscall) and spy.syscall.calls == []
+
+
+def test_a_process_still_alive_after_the_wait_is_released() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+        fake = FakeSyscall()
+        r = MemoryReleaser(fake, after=0.05)
+        t0 = time.monotonic()
+        future = r.release_soon(pidfd, proc.pid)
+        assert future is not None and future.result(10) is Outcome.RELEASED
+        assert time.monotonic() - t0 >= 0.05
+        assert len(fake.calls) == 1
+        os.close(pidfd)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 async def test_kill_now_kills_and_releases_at_once_and_stop_sends_nothing_more(tmp_path: Path) -> None:

@@ -10,10 +10,15 @@ after its SIGKILL (runtime/supervisor.py).
 The call blocks while the kernel frees the memory (tens of ms for hundreds of MiB): the event
 loop hands it to `release_soon`, which runs it on a thread of its own (ctypes drops the GIL for
 the call) with a duplicate of the pidfd, so the caller may close its own pidfd at any time.
+That thread first gives the victim RELEASE_AFTER_S to exit: a victim that gets the CPU detaches
+its memory itself at once, and a call made then only races its exit path for the same work.
 
 It never raises into its caller: no syscall (ENOSYS, an architecture whose number is not known
 here, no libc) makes it stop trying; a process not dying (EINVAL) or already gone (ESRCH) is
 normal. Only state changes are logged: unsupported, once; an unexpected errno, once per value.
+
+NODEAGENT_MRELEASE=off in the agent's environment leaves the call out (the exit path alone frees
+the memory): an A/B of what the call is worth on a kernel (bench/README.md has the figures).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import enum
 import errno
 import os
 import platform
+import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
@@ -41,6 +47,15 @@ SYSCALL_NUMBERS = {"x86_64": 448, "aarch64": 448}
 # late one finds the process gone (ESRCH), which is harmless.
 RELEASE_THREADS = 2
 
+# How long a killed process is left to its own exit path before the call. On the 2-CPU host every
+# call made at once found the victim's memory already detached ("gone", 40 of 40); in the 1-CPU UML
+# guest a call made at once reaped it (the agent's threads run at nice -10) but only moved the same
+# teardown to the agent's thread, and made the eviction slower than no call at all (bench/README.md).
+# A throttled or starved victim, the case the call is for, is still reaped this soon after its kill.
+RELEASE_AFTER_S = 0.02
+
+MRELEASE_ENV = "NODEAGENT_MRELEASE"
+
 Syscall = Callable[[int, int], tuple[int, int]]  # (pidfd, flags) -> (return value, errno)
 
 
@@ -48,6 +63,7 @@ class Outcome(enum.Enum):
     RELEASED = "released"  # 0: reaped now (or the exit path had already done it)
     NOT_DYING = "not_dying"  # EINVAL: no fatal signal yet, or its mm is shared with a live process
     GONE = "gone"  # ESRCH: exited (mm already dropped) or reaped
+    EXITED = "exited"  # it exited within RELEASE_AFTER_S: not called
     BUSY = "busy"  # EAGAIN: the kernel could not reap it all now; the exit path will
     INTERRUPTED = "interrupted"  # EINTR: the calling thread got a fatal signal
     UNSUPPORTED = "unsupported"  # ENOSYS, unknown syscall number or no libc: never tried again
@@ -89,18 +105,22 @@ def libc_syscall(machine: str | None = None) -> Syscall | None:
 class MemoryReleaser:
     """Calls process_mrelease on killed processes; remembers whether the kernel has it.
 
-    `syscall` is the call itself (`libc_syscall()`; a fake in tests); None: not available here.
+    `syscall` is the call itself (`libc_syscall()`; a fake in tests); None: not made, for
+    `why_not` (default: not available here).
     """
 
-    def __init__(self, syscall: Syscall | None, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, syscall: Syscall | None, *, clock: Callable[[], float] = time.monotonic,
+                 why_not: str | None = None, after: float = RELEASE_AFTER_S) -> None:
         self._syscall = syscall
+        self._after = after
         self._clock = clock
         self._lock = threading.Lock()
         self._supported = self._syscall is not None
         self._reported: set[int] = set()  # unexpected errnos already logged
         self._executor: ThreadPoolExecutor | None = None
         if not self._supported:
-            log.info("process_mrelease_unsupported", reason=f"not callable here (machine {platform.machine()})")
+            log.info("process_mrelease_unsupported",
+                     reason=why_not or f"not callable here (machine {platform.machine()})")
 
     @property
     def supported(self) -> bool:
@@ -151,6 +171,11 @@ class MemoryReleaser:
 
     def _release_and_close(self, fd: int, pid: int | None) -> Outcome:
         try:
+            start = self._clock()
+            if self._after > 0 and _exits_within(fd, self._after):
+                log.debug("process_mrelease", pid=pid, outcome=Outcome.EXITED.value, started=start,
+                          elapsed_ms=round((self._clock() - start) * 1000, 3))
+                return Outcome.EXITED
             return self.release(fd, pid)
         finally:
             os.close(fd)
@@ -162,14 +187,28 @@ class MemoryReleaser:
             return self._executor
 
 
+def _exits_within(pidfd: int, seconds: float) -> bool:
+    """Whether the process exits within `seconds` (a pidfd polls readable once it has)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(seconds * 1000))
+
+
 _default: MemoryReleaser | None = None
 _default_lock = threading.Lock()
 
 
+def releaser_from_env(env: Mapping[str, str]) -> MemoryReleaser:
+    """Over libc, unless NODEAGENT_MRELEASE is "off" (any other value: on)."""
+    if env.get(MRELEASE_ENV, "").strip().lower() == "off":
+        return MemoryReleaser(None, why_not=f"{MRELEASE_ENV}=off")
+    return MemoryReleaser(libc_syscall())
+
+
 def default_releaser() -> MemoryReleaser:
-    """The process-wide releaser (over libc), so "unsupported" is learnt once for the agent."""
+    """The process-wide releaser, so "unsupported" is learnt once for the agent."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = MemoryReleaser(libc_syscall())
+            _default = releaser_from_env(os.environ)
         return _default
