@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.agent.probes.exec_probe import ExecTarget, run_in_container
+from nodeagent.agent.probes.exec_probe import ExecTarget, exec_probe, run_in_container, runtime_knows
+from nodeagent.agent.probes.results import Verdict
 from nodeagent.agent.runtime.oci.runtime import BundleDirs, OciExec, OciRuntime
 from nodeagent.agent.runtime.spawn import LaunchSpec, Spawned, spawn
 
@@ -80,3 +81,27 @@ async def test_a_timeout_waits_for_the_pid_file_then_kills_the_execd_process(tmp
     while not dead() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert dead()
+
+
+async def test_a_probe_waits_for_the_runtime_to_know_the_container(tmp_path: Path) -> None:
+    """Running can come a moment before the runtime's state.json (an exec would fail with
+    "container does not exist"): the probe waits for it within its timeout, and without it the
+    attempt is unknown, never a failure that counts toward a liveness restart."""
+    root = tmp_path / "root"
+    h = OciRuntime("runc", "/bin/true", str(root)).exec_handle("uid-main", BundleDirs(str(tmp_path)), "/x")
+    target = ExecTarget(cgroup=None, oci=h)
+    assert not await runtime_knows(target, 0.05)
+    outcome = await exec_probe(["cat", "/healthy"], target, 0.05)
+    assert outcome.verdict is Verdict.UNKNOWN and "does not know the container" in outcome.output
+
+    async def write_state() -> None:
+        await asyncio.sleep(0.1)
+        (root / "uid-main").mkdir(parents=True)
+        (root / "uid-main" / "state.json").write_text("{}")
+
+    writer = asyncio.create_task(write_state())
+    t0 = time.monotonic()
+    assert await runtime_knows(target, 5)
+    assert 0.1 <= time.monotonic() - t0 < 2
+    await writer
+    assert await runtime_knows(ExecTarget(cgroup=None), 0)  # a host process: at once

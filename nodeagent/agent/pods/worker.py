@@ -71,7 +71,7 @@ from nodeagent.agent.pods.volume_plan import plan_volumes
 from nodeagent.agent.pods.volume_refresh import DEFAULT_PERIOD_S as VOLUME_REFRESH_PERIOD_S
 from nodeagent.agent.pods.volume_refresh import refresh_loop
 from nodeagent.agent.pods.volume_setup import ObjectGetter, PodVolumeHost
-from nodeagent.agent.probes.exec_probe import ExecTarget
+from nodeagent.agent.probes.exec_probe import ExecTarget, runtime_knows
 from nodeagent.agent.probes.http_probe import HttpProber
 from nodeagent.agent.probes.pod_probes import PodProbes, ProbeContext
 from nodeagent.agent.probes.readiness import Condition
@@ -97,6 +97,7 @@ log = structlog.get_logger(__name__)
 
 
 REMOVE_STEP_S = 30.0  # kill + rmdir of a stopped pod's cgroups: each bounded by the driver's 5 s timeouts
+POST_START_KNOWN_S = 5.0  # how long a postStart exec waits for the runtime to know its container
 REASON_POD_INITIALIZING = "PodInitializing"  # a container not created yet in a pod with init containers
 REASON_CREATING = "ContainerCreating"
 REASON_FAILED = "Failed"  # the event of a container that cannot be configured
@@ -570,11 +571,8 @@ class PodWorker:
     async def _post_start(self, c: ContainerPlan, container_id: str) -> None:
         try:
             target = self.exec_target(c.name)
-            if target is not None and target.oci is not None:  # exec through the runtime once it knows the container
-                for _ in range(250):
-                    if target.oci.known():
-                        break
-                    await asyncio.sleep(0.02)
+            if target is not None:  # exec through the runtime once it knows the container
+                await runtime_knows(target, POST_START_KNOWN_S)
             result = await self.hooks.post_start(HookTarget(self.pod, c.spec, target))
         finally:
             self._hook_running.discard(c.name)

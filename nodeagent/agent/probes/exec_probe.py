@@ -257,9 +257,32 @@ async def _run(launch: ExecLaunch, timeout_seconds: float | None, spawner: Spawn
     return ExecResult(None if proc.timed_out else code, bytes(proc.output), timed_out=proc.timed_out)
 
 
+KNOWN_POLL_S = 0.02
+
+
+async def runtime_knows(target: ExecTarget, within: float) -> bool:
+    """Whether the OCI runtime knows the container within `within` seconds (at once for a host
+    process). An image container is Running once its process is in its cgroup, which can be a
+    moment before the runtime has written its state; an exec then fails with "container does not
+    exist", which a probe must not count as the container's failure."""
+    if target.oci is None:
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not target.oci.known():  # a stat: cheap enough for the loop
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(KNOWN_POLL_S)
+    return True
+
+
 async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds: float, *,
                      spawner: Spawner = spawn_unidentified) -> ProbeOutcome:
-    """The exec probe: exit 0 is success; any other exit a failure with the output."""
+    """The exec probe: exit 0 is success; any other exit a failure with the output. In an image
+    container the runtime's knowing the container is waited for first, within the timeout; if it
+    never comes the attempt is unknown (reported, not counted), not a failure."""
+    if not await runtime_knows(target, timeout_seconds):
+        return unknown("the OCI runtime does not know the container yet")
     try:
         res = await run_in_container(command, target, timeout_seconds, spawner=spawner, polled=True)
     except (OSError, ValueError) as e:
