@@ -281,10 +281,13 @@ async def exec_probe(command: Sequence[str], target: ExecTarget, timeout_seconds
     """The exec probe: exit 0 is success; any other exit a failure with the output. In an image
     container the runtime's knowing the container is waited for first, within the timeout; if it
     never comes the attempt is unknown (reported, not counted), not a failure."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     if not await runtime_knows(target, timeout_seconds):
         return unknown("the OCI runtime does not know the container yet")
+    left = max(0.0, timeout_seconds - (loop.time() - began))  # the wait is part of the probe's timeout
     try:
-        res = await run_in_container(command, target, timeout_seconds, spawner=spawner, polled=True)
+        res = await run_in_container(command, target, left, spawner=spawner, polled=True)
     except (OSError, ValueError) as e:
         return unknown(f"cannot start {list(command)}: {e}")
     text = res.output.decode("utf-8", "replace")
