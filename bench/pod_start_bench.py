@@ -218,6 +218,13 @@ def cpu_s(agent: AgentProc) -> float:
     return u + s
 
 
+def split_text(agent: AgentProc, since: tuple[float, float]) -> str:
+    """The agent's CPU since `since` (proc_times) as user + system: system time (mkdir, cgroup
+    writes, spawns, fsyncs) runs without the GIL, user time is the event loop's Python."""
+    u, s = proc_times(agent.pid)
+    return f"user {u - since[0]:.2f} + system {s - since[1]:.2f} s"
+
+
 def own_cpu_s() -> float:
     t = os.times()
     return t.user + t.system
@@ -231,6 +238,7 @@ async def single(session: aiohttp.ClientSession, agent: AgentProc, opts: argpars
         await delete(session, agent, f"warmup-{i}", wait=True)
     mode = "delete-between" if opts.delete_between else "accumulate"
     c0, w0, b0, load = cpu_s(agent), time.perf_counter(), own_cpu_s(), MachineLoad()
+    t0 = proc_times(agent.pid)
     probes = []
     for i in range(opts.n):
         probes.append(await one_pod(session, agent, f"single-{i}", opts))
@@ -244,8 +252,8 @@ async def single(session: aiohttp.ClientSession, agent: AgentProc, opts: argpars
     print(summary("in cgroup + limit", [p.t_cgroup - p.t0 for p in ok]))
     print(summary("exec'd (comm=sleep)", [p.t_exec - p.t0 for p in ok]))
     print(f"agent CPU over the phase: {c1 - c0:.2f} s in {w1 - w0:.2f} s wall"
-          f" ({(c1 - c0) / len(probes) * 1e3:.2f} ms CPU per pod{', incl. its delete' if opts.delete_between else ''});"
-          f" this client (HTTP + polling): {b1 - b0:.2f} s")
+          f" ({(c1 - c0) / len(probes) * 1e3:.2f} ms CPU per pod{', incl. its delete' if opts.delete_between else ''};"
+          f" {split_text(agent, t0)}); this client (HTTP + polling): {b1 - b0:.2f} s")
     print(load.text((c1 - c0) + (b1 - b0)))
     if bad:
         print(f"FAILED {len(bad)}: {sorted({p.error for p in bad})}")
@@ -257,6 +265,7 @@ async def single(session: aiohttp.ClientSession, agent: AgentProc, opts: argpars
 async def burst(session: aiohttp.ClientSession, agent: AgentProc, opts: argparse.Namespace) -> None:
     limit = str(opts.limit_bytes)
     c0, b0, load = cpu_s(agent), own_cpu_s(), MachineLoad()
+    times0 = proc_times(agent.pid)
     t0 = time.perf_counter()
     probes = [Probe(f"burst-{i}", t0) for i in range(opts.burst)]
     posts = asyncio.gather(*(post(session, agent, p, opts) for p in probes), return_exceptions=True)
@@ -285,7 +294,8 @@ async def burst(session: aiohttp.ClientSession, agent: AgentProc, opts: argparse
         print(f"last exec'd           {last_exec * 1e3:8.1f} ms")
         print(summary("per pod: POST answered", [p.t_resp - p.t0 for p in ok]))
         print(summary("per pod: in cgroup", [p.t_cgroup - p.t0 for p in ok]))
-    print(f"agent CPU during the burst: {c1 - c0:.2f} s; this client (HTTP + polling): {b1 - b0:.2f} s")
+    print(f"agent CPU during the burst: {c1 - c0:.2f} s ({split_text(agent, times0)});"
+          f" this client (HTTP + polling): {b1 - b0:.2f} s")
     print(load.text((c1 - c0) + (b1 - b0)))
     if bad:
         print(f"FAILED {len(bad)}: {sorted({p.error for p in bad})[:5]}")
@@ -310,8 +320,11 @@ class PySpy:
             raise SystemExit("--py-spy: no py-spy (pip install py-spy into the venv)")
         os.makedirs(self.opts.py_spy, exist_ok=True)
         out = os.path.join(self.opts.py_spy, f"{self.phase}.txt")
+        # --nonblocking: the default pauses the agent at every sample (1000 a second), which
+        # slowed the phase it measured several fold
+        idle = ["--idle"] if self.opts.py_spy_idle else []
         self.proc = subprocess.Popen([exe, "record", "-p", str(self.agent.pid), "-r", "1000", "-f", "raw",
-                                      "--threads", "-o", out, *(["--idle"] if self.opts.py_spy_idle else [])],
+                                      "--threads", "--nonblocking", "-o", out, *idle],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await asyncio.sleep(1.5)  # attach
 

@@ -6,6 +6,7 @@ or observed on real processes: OOM kills, CFS throttling, kill, reaping.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -120,6 +121,37 @@ def test_update_changes_and_clears_limits(driver: CgroupDriver, kernel_file: Ker
     else:
         assert (got["shares"], got["quota"], got["memory.max"], got["pids.max"]) == ("1024", "-1", V1_UNLIMITED, "max")
         assert got.get("memsw", V1_UNLIMITED) == V1_UNLIMITED
+
+
+def test_update_from_the_previous_spec_writes_what_moved(driver: CgroupDriver, kernel_file: KernelFile) -> None:
+    """What the QoS tiers do on every create: the weight alone moves (one write); any other
+    difference is the full update; a cgroup gone behind our back is an OSError."""
+    driver.create(CONTAINER, LIMITED)
+    before = settings(driver, kernel_file, CONTAINER)
+    driver.update(CONTAINER, dataclasses.replace(LIMITED, cpu_shares=3000), previous=LIMITED)
+    got = settings(driver, kernel_file, CONTAINER)
+    key, value = ("weight", str(shares_to_cpu_weight(3000))) if driver.version == 2 else ("shares", "3000")
+    assert got == {**before, key: value}
+    moved = dataclasses.replace(LIMITED, cpu_shares=3000, memory_max=96 * MI)
+    driver.update(CONTAINER, moved, previous=dataclasses.replace(LIMITED, cpu_shares=3000))
+    assert settings(driver, kernel_file, CONTAINER)["memory.max"] == str(96 * MI)
+    with pytest.raises(OSError):
+        driver.update("nope", dataclasses.replace(LIMITED, cpu_shares=3000), previous=LIMITED)
+
+
+def test_a_half_made_cgroup_is_a_child_and_is_removed(driver: CgroupDriver,
+                                                     on_disk: Callable[[str], list[str]]) -> None:
+    """A crash between the mkdirs of a create (v1: one per hierarchy) leaves the cgroup in some
+    hierarchies only; the orphan sweep finds it through children() and removes it everywhere."""
+    driver.create("kubepods/burstable", CgroupSpec())
+    half = "kubepods/burstable/podhalf"
+    first = os.path.dirname(sorted(driver.procs_files(half))[0])  # one hierarchy (v2: the only one)
+    os.mkdir(first)
+    assert on_disk(half) == [first]
+    assert driver.children("kubepods/burstable") == ["podhalf"]
+    driver.kill(half)
+    driver.remove(half)
+    assert on_disk(half) == [] and driver.children("kubepods/burstable") == []
 
 
 def test_update_of_a_missing_cgroup_fails(driver: CgroupDriver) -> None:

@@ -59,6 +59,16 @@ def update_changes_an_existing_cgroup_and_refuses_a_missing_one(driver: CgroupDr
     assert not driver.exists("nope")
 
 
+def update_from_a_previous_spec_changes_only_what_moved_and_refuses_a_missing_cgroup(driver: CgroupDriver) -> None:
+    driver.create(CONTAINER, LIMITED)
+    heavier = CgroupSpec(cpu_shares=3000, cpu_quota_us=20000, memory_max=64 * MI, memory_high=48 * MI, pids_max=50)
+    driver.update(CONTAINER, heavier, previous=LIMITED)
+    driver.update(CONTAINER, heavier, previous=heavier)  # nothing moved: nothing to write
+    driver.update(CONTAINER, CgroupSpec(), previous=heavier)  # more than the weight: the full update
+    with pytest.raises(OSError):
+        driver.update("nope", heavier, previous=LIMITED)
+
+
 def a_bad_spec_is_refused_before_anything_is_created(driver: CgroupDriver) -> None:
     for spec, field in ((CgroupSpec(cpu_shares=1), "cpu_shares"), (CgroupSpec(cpu_quota_us=999), "cpu_quota_us"),
                         (CgroupSpec(cpu_period_us=10), "cpu_period_us"), (CgroupSpec(memory_max=0), "memory_max"),
@@ -203,6 +213,7 @@ CASES: dict[str, Case] = {f.__name__: f for f in (
     create_makes_the_parents_and_is_idempotent,
     children_are_the_direct_ones_sorted,
     update_changes_an_existing_cgroup_and_refuses_a_missing_one,
+    update_from_a_previous_spec_changes_only_what_moved_and_refuses_a_missing_cgroup,
     a_bad_spec_is_refused_before_anything_is_created,
     paths_cannot_leave_the_root,
     remove_takes_the_subtree_and_is_idempotent,

@@ -65,7 +65,7 @@ class FakeCgroupDriver:
             self.specs.setdefault("/".join(parts[:i]), CgroupSpec())
         self.specs[key] = spec
 
-    def update(self, path: str, spec: CgroupSpec) -> None:
+    def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
         validate_spec(spec)
         key = self._key(path)
         if key not in self.specs:

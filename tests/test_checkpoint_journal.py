@@ -67,6 +67,31 @@ async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
     await j.close()
 
 
+async def test_an_unsynced_change_is_written_at_once_and_synced_by_the_next_commit(tmp_path: Path) -> None:
+    """A status change (sync=False) costs no fdatasync: it is in the file at once (what an agent
+    restarted after a SIGKILL reads), in order, and the next synced batch or close() syncs it."""
+    syncs: list[bytes] = []
+    path = tmp_path / "checkpoints" / JOURNAL
+
+    def sync(fd: int) -> None:
+        os.fdatasync(fd)
+        syncs.append(path.read_bytes())
+
+    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
+    j.load_all()
+    await j.put(record("a", pid=1))
+    await j.put(record("a", pid=2), sync=False)
+    await j.delete("default", "b", sync=False)
+    assert len(syncs) == 1 and (j.stats.batches, j.stats.unsynced) == (1, 2)
+    assert j.read()[("default", "a")].containers[0].pid == 2  # in the file, not only in memory
+    await j.put(record("c"))  # a synced batch: everything before it is on disk with it
+    assert len(syncs) == 2 and b'"pid":2' in syncs[1]
+    await j.put(record("a", pid=3), sync=False)
+    await j.close()
+    assert len(syncs) == 3  # close syncs what is left
+    assert [(r.name, r.containers[0].pid) for r in reopen(tmp_path)[0]] == [("a", 3), ("c", None)]
+
+
 async def test_roundtrip_keeps_backoff_and_deletion(tmp_path: Path) -> None:
     j = CheckpointJournal(CheckpointStore.open(tmp_path))
     j.load_all()

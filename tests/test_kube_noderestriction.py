@@ -87,6 +87,8 @@ def test_a_node_touches_only_its_own_pods(server: SecureServer) -> None:
     """pods/status and deletes as the agent sends them (no read first, unlike kubectl patch),
     through the official Python client with the node's certificate."""
     kubernetes = pytest.importorskip("kubernetes")
+    if server.get_json("node", "n1") is None:  # when run alone (-k): the earlier tests made it
+        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
     as_node(server, "version")  # writes the node's kubeconfig
     api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
         str(server.tmp / "system_node_n1.kubeconfig")))
@@ -147,6 +149,8 @@ def test_a_node_renews_only_its_own_lease(server: SecureServer) -> None:
 def test_a_node_gets_tokens_only_bound_to_its_own_pods(server: SecureServer) -> None:
     """The kubelet's projected service-account tokens: a TokenRequest bound to a pod on the node."""
     kubernetes = pytest.importorskip("kubernetes")
+    if server.get_json("node", "n1") is None:  # when run alone (-k): the earlier tests made it
+        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
     as_node(server, "version")  # writes the node's kubeconfig
     api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
         str(server.tmp / "system_node_n1.kubeconfig")))

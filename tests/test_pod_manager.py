@@ -595,13 +595,16 @@ async def test_the_cgroup_of_a_recorded_pod_that_cannot_be_planned_is_kept(tmp_p
         os.waitpid(pid, 0)
 
 
-async def test_an_eviction_is_shown_only_once_it_is_on_disk(tmp_path: Path, driver: FakeCgroupDriver) -> None:
+@pytest.mark.parametrize("restart", ["Always", "Never"])
+async def test_an_eviction_is_shown_only_once_it_is_on_disk(tmp_path: Path, driver: FakeCgroupDriver,
+                                                           restart: str) -> None:
     """The kill does not wait for the record, but Failed/Evicted is reported only once the record
-    holding the eviction is durable: a crash in between must not take back what was reported."""
+    holding the eviction is durable: a crash in between must not take back what was reported.
+    Meanwhile the pod is Running (terminating), never Failed without its reason, even under Never."""
     import threading
 
     m = make_manager(tmp_path, driver)
-    await m.create_pod(manifest("victim"))
+    await m.create_pod(manifest("victim", restart=restart))
     await until(lambda: pid_of(m, "victim"), what="the victim running")
     worker = m.pods[("default", "victim")]
     gate = threading.Event()
@@ -614,12 +617,16 @@ async def test_an_eviction_is_shown_only_once_it_is_on_disk(tmp_path: Path, driv
     stopping = m.terminate(worker, 0, remove=False, reason="Evicted", message="The node was low on resource: memory.")
     await until(lambda: not worker.running, what="the victim killed before its record is written")
     shown = m.get_pod("default", "victim")
-    assert shown is not None and shown["status"].get("reason") is None and shown["status"]["phase"] != "Failed", shown
+    assert shown is not None and shown["status"].get("reason") is None and shown["status"]["phase"] == "Running", shown
     gate.set()
     await stopping
     await until(lambda: (m.get_pod("default", "victim") or {}).get("status", {}).get("reason") == "Evicted",
                 what="Evicted once recorded")
-    assert m.get_pod("default", "victim")["status"]["phase"] == "Failed"  # type: ignore[index]
+    shown = m.get_pod("default", "victim")
+    assert shown is not None and shown["status"]["phase"] == "Failed"
+    # the kubelet's DisruptionTarget condition (PodDisruptionConditions), with the eviction's message
+    assert [(c["status"], c.get("reason"), c.get("message")) for c in shown["status"]["conditions"]
+            if c["type"] == "DisruptionTarget"] == [("True", "TerminationByKubelet", "The node was low on resource: memory.")]
     record = durable(tmp_path, "victim")
     assert record is not None and record.deletion is not None and record.deletion.reason == "Evicted"
     m.journal._sync = os.fdatasync

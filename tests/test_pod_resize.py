@@ -183,7 +183,9 @@ async def test_a_resize_changes_the_cgroups_in_place(tmp_path: Path, m: PodManag
                                                      cpu_quota_us=50000, memory_max=256 * MI)
     assert driver.specs[path].cpu_quota_us == 50000 and driver.specs[path].memory_max == 256 * MI
     assert driver.specs[pod_path].cpu_quota_us == 50000 and driver.specs[pod_path].memory_max == 256 * MI
-    assert [p for p, _ in driver.updates] == [pod_path, path]  # the pod widened first
+    # the pod widened first; the burstable tier's weight follows the new request (one write)
+    assert [p for p, _ in driver.updates if p.startswith(pod_path)] == [pod_path, path]
+    assert [s.cpu_shares for p, s in driver.updates if p == "kubepods/burstable"] == [milli_cpu_to_shares(200)]
     assert pid_of(m, "web") == pid and status(m, "web")["restartCount"] == 0
     cs = status(m, "web")
     assert cs["allocatedResources"] == {"cpu": "200m", "memory": "64Mi"}

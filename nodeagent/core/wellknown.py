@@ -26,6 +26,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # kubectl's c
 # pod condition types (the control plane sets them)
 POD_SCHEDULED = "PodScheduled"
 DISRUPTION_TARGET = "DisruptionTarget"
+TERMINATION_BY_KUBELET = "TerminationByKubelet"  # its reason on a pod the node agent evicted
 
 # node condition types (the agent reports them; the control plane taints nodes by them)
 NODE_READY = "Ready"

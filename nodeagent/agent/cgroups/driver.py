@@ -56,8 +56,10 @@ class CgroupDriver(Protocol):
         """Create (parents too) and apply spec; idempotent."""
         ...
 
-    def update(self, path: str, spec: CgroupSpec) -> None:
-        """Apply spec to an existing cgroup."""
+    def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
+        """Apply spec to an existing cgroup. `previous`: the spec the caller applied last, when it
+        knows it; only what differs is written then (a QoS tier's weight changes with every pod
+        admitted, and a full rewrite costs a dozen file operations on the create path)."""
         ...
 
     def exists(self, path: str) -> bool: ...

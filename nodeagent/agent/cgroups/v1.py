@@ -17,6 +17,7 @@ import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 import structlog
 from cgroupspy.nodes import Node
@@ -158,8 +159,13 @@ class CgroupV1Driver:
             else:
                 log.warning("cgroup_controller_unavailable", path="/".join(parts), controller="pids")
 
-    def update(self, path: str, spec: CgroupSpec) -> None:
+    def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
         validate_spec(spec)
+        if previous is not None and "cpu" in self.hierarchies and replace(previous, cpu_shares=spec.cpu_shares) == spec:
+            if spec.cpu_shares != previous.cpu_shares:  # only the weight moved: one write (ENOENT if gone)
+                shares = DEFAULT_SHARES if spec.cpu_shares is None else spec.cpu_shares
+                write_text(os.path.join(self.hierarchies["cpu"], *self._parts(path), "cpu.shares"), str(shares))
+            return
         if not self.exists(path):
             raise CgroupError(errno.ENOENT, f"update {path}: no such cgroup")
         self._apply(path, spec)
@@ -221,7 +227,10 @@ class CgroupV1Driver:
         return all(os.path.isdir(d) for d in self._dirs(path))
 
     def children(self, path: str) -> list[str]:
-        return subdirs(os.path.join(self.hierarchies["memory"], *self._parts(path)))
+        """The child cgroups in any hierarchy: one a crash left half-made (a pod's cgroups are
+        made while its record is being committed) is in some of them only, and still a child."""
+        parts = self._parts(path)
+        return sorted({name for mount in self._mounts for name in subdirs(os.path.join(mount, *parts))})
 
     def procs_files(self, path: str) -> list[str]:
         return [os.path.join(d, "cgroup.procs") for d in self._dirs(path)]

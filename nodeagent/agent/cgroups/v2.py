@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+from dataclasses import replace
 
 import structlog
 
@@ -90,9 +91,17 @@ class CgroupV2Driver:
         else:
             self._apply(d, spec, fresh=True)
 
-    def update(self, path: str, spec: CgroupSpec) -> None:
+    def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
         validate_spec(spec)
         d = self._dir(path)
+        if previous is not None and replace(previous, cpu_shares=spec.cpu_shares) == spec:
+            if spec.cpu_shares == previous.cpu_shares:
+                return
+            weight = os.path.join(d, "cpu.weight")
+            if os.path.exists(weight):  # only the weight moved: one write (without cpu, _apply warns)
+                shares = spec.cpu_shares
+                write_text(weight, str(DEFAULT_CPU_WEIGHT if shares is None else shares_to_cpu_weight(shares)))
+                return
         if not os.path.isdir(d):
             raise CgroupError(errno.ENOENT, f"update {d}: no such cgroup")
         self._apply(d, spec)

@@ -128,9 +128,17 @@ class PodManager:
         a value changed behind our back is put right within an interval)."""
         admitted = [(w.plan.qos, w.plan.cpu_request_milli) for w in self.pods.values() if not w.terminal]
         for path, spec in layout.qos_cgroup_specs(admitted).items():
-            if force or self._qos_applied.get(path) != spec:
+            before = self._qos_applied.get(path)
+            if force or before is None:
                 self.env.driver.create(path, spec)
-                self._qos_applied[path] = spec
+            elif before != spec:  # a pod came or went: the weight alone moves (one write)
+                try:
+                    self.env.driver.update(path, spec, previous=before)
+                except OSError:  # the tier is gone (removed behind our back): made again
+                    self.env.driver.create(path, spec)
+            else:
+                continue
+            self._qos_applied[path] = spec
 
     async def restore(self) -> list[str]:
         """Re-adopt pods from the checkpoints; remove cgroups of pods nobody knows. Problems as text."""
@@ -204,10 +212,12 @@ class PodManager:
             with self._step(f"checkpoint of pod {'/'.join(key)}", CHECKPOINT_STEP_S):
                 if worker is None or (worker.terminal and worker.finished and worker.deletion is not None
                                       and worker.deletion.remove):
-                    await self.journal.delete(*key)
+                    await self.journal.delete(*key, sync=False)  # lost with power: its deletion is on disk
                 elif worker.started:  # a pod being created is recorded by create_pod itself
                     deletion = worker.deletion
-                    await self.journal.put(worker.record())
+                    # a termination (an eviction) is shown once it is on disk; a status change
+                    # is only written (journal.py: fdatasynced with the next batch that needs it)
+                    await self.journal.put(worker.record(), sync=deletion is not worker.recorded_deletion)
                     worker.mark_recorded(deletion)
         except (OSError, ValueError) as e:
             log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
@@ -264,18 +274,22 @@ class PodManager:
             self.admit(plan)
             worker = PodWorker(plan, self.env, self._changed)
             self.pods[key] = worker  # holds the name and the resources while the record is written
+        cgroups = worker.prepare_cgroups()  # made meanwhile, beside the loop; no process before the record
         try:
             with self._step(f"checkpoint of pod {pod.key}", CHECKPOINT_STEP_S):
                 await self.journal.put(worker.record())
         except OSError as e:
             if self.pods.get(key) is worker:
                 del self.pods[key]
+            await asyncio.gather(cgroups, return_exceptions=True)
+            await asyncio.to_thread(worker.remove_cgroups)  # nothing half-made is left
             log.error("pod_record_failed", pod=pod.key, error=str(e))
             raise DurabilityError(f"cannot record pod {pod.key} in {self.checkpoints.directory}: {e}") from e
         faults.hit("create-after-commit")
         if worker.terminal:  # deleted (or evicted) while its record was being written
             return worker.to_dict()
         try:
+            await cgroups
             worker.start()
         except (OSError, ValueError) as e:
             if self.pods.get(key) is worker:
