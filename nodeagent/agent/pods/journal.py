@@ -13,7 +13,7 @@ that needs it (or at close). A SIGKILL of the agent loses nothing of it (the pag
 the process; what the kill-storm tests prove); only a power loss can take it, and then the
 processes it describes are gone too. A container's start made three such changes within a few
 ms, each an fdatasync of its own that the next create's commit queued behind: 5 fdatasyncs per
-pod in pod_start_bench, at 1.3-1.8 ms each there (bench/README.md, "Status changes unsynced").
+pod in pod_start_bench, at 1.3-1.8 ms each there (bench/README.md, "Pod start: the create's commit alone").
 
 Every line is `{"c": sha256 of the compact JSON of "d", "d": {"put": record} | {"delete": [ns, name]}}`.
 A last line without its newline (a crash mid-write) was never acknowledged and is dropped; a
