@@ -49,15 +49,20 @@ async def test_concurrent_commits_share_one_fdatasync(tmp_path: Path) -> None:
     assert [r.name for r in records] == sorted(f"p{i}" for i in range(40)) and problems == []
 
 
-async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
-    seen: list[bytes] = []
+def watched_journal(tmp_path: Path, seen: list[bytes]) -> CheckpointJournal:
+    """A journal whose every fdatasync appends what its file then held to `seen`."""
     path = tmp_path / "checkpoints" / JOURNAL
 
     def sync(fd: int) -> None:
         os.fdatasync(fd)
         seen.append(path.read_bytes())
 
-    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
+    return CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
+
+
+async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
+    seen: list[bytes] = []
+    j = watched_journal(tmp_path, seen)
     j.load_all()
     await j.put(record("a", deletion=Deletion(30.0, 1_700_000_030.0)))
     assert len(seen) == 1 and b'"a"' in seen[0]
@@ -71,13 +76,7 @@ async def test_an_unsynced_change_is_written_at_once_and_synced_by_the_next_comm
     """A status change (sync=False) costs no fdatasync: it is in the file at once (what an agent
     restarted after a SIGKILL reads), in order, and the next synced batch or close() syncs it."""
     syncs: list[bytes] = []
-    path = tmp_path / "checkpoints" / JOURNAL
-
-    def sync(fd: int) -> None:
-        os.fdatasync(fd)
-        syncs.append(path.read_bytes())
-
-    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
+    j = watched_journal(tmp_path, syncs)
     j.load_all()
     await j.put(record("a", pid=1))
     await j.put(record("a", pid=2), sync=False)
