@@ -597,22 +597,15 @@ class KillStorm:
     def _evicted_for_good(self, name: str, pid: int, what: str) -> None:
         """The hog ends Failed and dead: evicted (before or after the kill) or, its eviction not
         recorded, ended by the kill its first agent sent; never started again (restartPolicy Never)."""
-        seen: list[dict[str, Any] | None] = [None]
-
         def ended() -> dict[str, Any] | None:
-            pod = seen[0] = self.agent.pod(name)
+            pod = self.agent.pod(name)
             if not pod or pod["status"]["phase"] != "Failed":
                 return None
-            # one that outlived its agent is the restarted agent's to evict; under Never its exit
-            # (the kill) makes it Failed before the eviction's record is on disk and shown
-            return pod if pod["status"].get("reason") == "Evicted" or not self.hog_alive else None
+            # one that outlived its agent is the restarted agent's to evict: Failed only with its
+            # reason (Running, terminating, from the kill until the eviction's record is on disk)
+            return pod
 
-        try:
-            pod = poll_until(ended, 60, f"{name} to end Failed{'/Evicted' * self.hog_alive} after the kill {what}")
-        except AssertionError:
-            if not (seen[0] and seen[0]["status"]["phase"] == "Failed"):
-                raise
-            pod = seen[0]  # Failed, never Evicted: the broken promise below
+        pod = poll_until(ended, 60, f"{name} to end Failed after the kill {what}")
         poll_until(lambda: not is_running(pid), 30, f"{name} (pid {pid}) to die")
         reason = pod["status"].get("reason") or container_status(pod).get("state", {}).get("terminated", {}).get("reason")
         if name in self.reported_before:
