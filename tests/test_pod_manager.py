@@ -633,6 +633,34 @@ async def test_an_eviction_is_shown_only_once_it_is_on_disk(tmp_path: Path, driv
     await stop_all(m)
 
 
+async def test_a_pod_that_ended_keeps_its_phase_while_its_delete_is_committed(tmp_path: Path,
+                                                                             driver: FakeCgroupDriver) -> None:
+    """Only an eviction's kill runs ahead of its record: a delete is on disk before it kills, so
+    a pod that had already failed is never shown Running meanwhile."""
+    import threading
+
+    m = make_manager(tmp_path, driver)
+    await m.create_pod(manifest("done", "exit 3", restart="Never"))
+    await until(lambda: (m.get_pod("default", "done") or {}).get("status", {}).get("phase") == "Failed",
+                what="the pod to fail")
+    gate = threading.Event()
+
+    def slow_sync(fd: int) -> None:
+        gate.wait(10)
+        os.fdatasync(fd)
+
+    m.journal._sync = slow_sync
+    deleting = asyncio.ensure_future(m.delete_pod("default", "done", 0))
+    await asyncio.sleep(0.1)
+    assert not deleting.done()
+    assert m.get_pod("default", "done")["status"]["phase"] == "Failed"  # type: ignore[index]
+    gate.set()
+    await deleting
+    m.journal._sync = os.fdatasync
+    await until(lambda: m.get_pod("default", "done") is None, what="the pod removed")
+    await stop_all(m)
+
+
 async def test_deleting_an_evicted_pod_removes_it_and_its_record(tmp_path: Path, driver: FakeCgroupDriver) -> None:
     """An evicted pod stays listed as Failed until deleted; the delete removes it (and its record,
     so a restarted agent does not list it again), keeping the eviction's reason meanwhile."""

@@ -767,10 +767,11 @@ class PodWorker:
         terminal = self.terminal and recorded  # a crash now would restart it
         phase = pod_phase(self.pod.spec, statuses, started, pod_is_terminal=terminal and not self.running,
                           is_static=self.plan.static)
-        if not recorded and phase in ("Succeeded", "Failed"):
+        if self.terminal and not recorded and phase in ("Succeeded", "Failed"):
             # killed by an eviction whose record is on its way (the kill never waits for it): still
             # terminating, as a pod being deleted is; Failed comes with its reason, as the kubelet
-            # reports them, so a Job's podFailurePolicy never sees a bare exit 137
+            # reports them, so a Job's podFailurePolicy never sees a bare exit 137. (A delete is
+            # recorded before it kills, so a pod that had ended keeps its phase meanwhile.)
             return "Running"
         return phase
 
