@@ -142,7 +142,8 @@ def test_update_from_the_previous_spec_writes_what_moved(driver: CgroupDriver, k
 def test_a_half_made_cgroup_is_a_child_and_is_removed(driver: CgroupDriver,
                                                      on_disk: Callable[[str], list[str]]) -> None:
     """A crash between the mkdirs of a create (v1: one per hierarchy) leaves the cgroup in some
-    hierarchies only; the orphan sweep finds it through children() and removes it everywhere."""
+    hierarchies only; the orphan sweep finds it through children() and removes it everywhere
+    (before, children() read the memory hierarchy alone, and such a cgroup stayed)."""
     driver.create("kubepods/burstable", CgroupSpec())
     half = "kubepods/burstable/podhalf"
     first = os.path.dirname(sorted(driver.procs_files(half))[0])  # one hierarchy (v2: the only one)

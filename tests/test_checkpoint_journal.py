@@ -49,20 +49,15 @@ async def test_concurrent_commits_share_one_fdatasync(tmp_path: Path) -> None:
     assert [r.name for r in records] == sorted(f"p{i}" for i in range(40)) and problems == []
 
 
-def watched_journal(tmp_path: Path, seen: list[bytes]) -> CheckpointJournal:
-    """A journal whose every fdatasync appends what its file then held to `seen`."""
+async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
+    seen: list[bytes] = []
     path = tmp_path / "checkpoints" / JOURNAL
 
     def sync(fd: int) -> None:
         os.fdatasync(fd)
         seen.append(path.read_bytes())
 
-    return CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
-
-
-async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
-    seen: list[bytes] = []
-    j = watched_journal(tmp_path, seen)
+    j = CheckpointJournal(CheckpointStore.open(tmp_path), sync=sync)
     j.load_all()
     await j.put(record("a", deletion=Deletion(30.0, 1_700_000_030.0)))
     assert len(seen) == 1 and b'"a"' in seen[0]
@@ -70,25 +65,6 @@ async def test_a_commit_returns_only_once_synced(tmp_path: Path) -> None:
     await j.delete("default", "a")
     assert j.read() == {}
     await j.close()
-
-
-async def test_an_unsynced_change_is_written_at_once_and_synced_by_the_next_commit(tmp_path: Path) -> None:
-    """A status change (sync=False) costs no fdatasync: it is in the file at once (what an agent
-    restarted after a SIGKILL reads), in order, and the next synced batch or close() syncs it."""
-    syncs: list[bytes] = []
-    j = watched_journal(tmp_path, syncs)
-    j.load_all()
-    await j.put(record("a", pid=1))
-    await j.put(record("a", pid=2), sync=False)
-    await j.delete("default", "b", sync=False)
-    assert len(syncs) == 1 and (j.stats.batches, j.stats.unsynced) == (1, 2)
-    assert j.read()[("default", "a")].containers[0].pid == 2  # in the file, not only in memory
-    await j.put(record("c"))  # a synced batch: everything before it is on disk with it
-    assert len(syncs) == 2 and b'"pid":2' in syncs[1]
-    await j.put(record("a", pid=3), sync=False)
-    await j.close()
-    assert len(syncs) == 3  # close syncs what is left
-    assert [(r.name, r.containers[0].pid) for r in reopen(tmp_path)[0]] == [("a", 3), ("c", None)]
 
 
 async def test_roundtrip_keeps_backoff_and_deletion(tmp_path: Path) -> None:

@@ -227,8 +227,8 @@ class CgroupV1Driver:
         return all(os.path.isdir(d) for d in self._dirs(path))
 
     def children(self, path: str) -> list[str]:
-        """The child cgroups in any hierarchy: one a crash left half-made (a pod's cgroups are
-        made while its record is being committed) is in some of them only, and still a child."""
+        """The child cgroups in any hierarchy: one a crash left half-made (between the mkdirs of
+        a create or the rmdirs of a remove) is in some of them only, and still a child."""
         parts = self._parts(path)
         return sorted({name for mount in self._mounts for name in subdirs(os.path.join(mount, *parts))})
 

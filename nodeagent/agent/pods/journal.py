@@ -7,14 +7,6 @@ disk joins the next one: one write and one fdatasync for all the records that ar
 (the same group commit as the control plane's store). `commit()` returns once its record is on
 disk: the manager answers a create only then, and starts the pod's first process only then.
 
-A change no answer waits for (a container's status: ContainerCreating, Running, a restart, its
-back-off) is committed with `sync=False`: appended in order, and fdatasynced with the next batch
-that needs it (or at close). A SIGKILL of the agent loses nothing of it (the page cache outlives
-the process; what the kill-storm tests prove); only a power loss can take it, and then the
-processes it describes are gone too. A container's start made three such changes within a few
-ms, each an fdatasync of its own that the next create's commit queued behind: 5 fdatasyncs per
-pod in pod_start_bench, at 1.3-1.8 ms each there (bench/README.md, "Pod start: the create's commit alone").
-
 Every line is `{"c": sha256 of the compact JSON of "d", "d": {"put": record} | {"delete": [ns, name]}}`.
 A last line without its newline (a crash mid-write) was never acknowledged and is dropped; a
 complete line that fails its checksum is reported and skipped, costing only its own pod's change.
@@ -82,7 +74,6 @@ class JournalStats:
 
     commits: int = 0  # records acknowledged
     batches: int = 0  # write + fdatasync rounds
-    unsynced: int = 0  # rounds of sync=False changes alone: written, fdatasynced by a later round
     failures: int = 0  # batches that failed (their callers got the error)
     compactions: int = 0
     sizes: list[int] = field(default_factory=list)  # records per batch, the last 100
@@ -100,7 +91,7 @@ class CheckpointJournal:
         self._fd: int | None = None
         self._size = 0
         self._latest: dict[Key, PodCheckpoint | None] = {}  # what the journal holds beyond the files
-        self._pending: list[tuple[Key, PodCheckpoint | None, bool, asyncio.Future[None]]] = []
+        self._pending: list[tuple[Key, PodCheckpoint | None, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._broken = False  # a failed batch could not be cut back: compact before the next one
         self.stats = JournalStats()
@@ -192,17 +183,16 @@ class CheckpointJournal:
         self.stats.compactions += 1
 
     # ---- changes ----
-    async def put(self, record: PodCheckpoint, *, sync: bool = True) -> None:
-        """Return once `record` is on disk (with `sync=False`: written, see the module docstring);
-        OSError if it could not be written."""
-        await self._commit((record.namespace, record.name), record, sync)
+    async def put(self, record: PodCheckpoint) -> None:
+        """Return once `record` is on disk; OSError if it could not be written."""
+        await self._commit((record.namespace, record.name), record)
 
-    async def delete(self, namespace: str, name: str, *, sync: bool = True) -> None:
-        await self._commit((namespace, name), None, sync)
+    async def delete(self, namespace: str, name: str) -> None:
+        await self._commit((namespace, name), None)
 
-    async def _commit(self, key: Key, record: PodCheckpoint | None, sync: bool) -> None:
+    async def _commit(self, key: Key, record: PodCheckpoint | None) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((key, record, sync, fut))
+        self._pending.append((key, record, fut))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_batches(), name="checkpoint-journal")
         await asyncio.shield(fut)  # a cancelled caller does not cancel the others' batch
@@ -210,29 +200,24 @@ class CheckpointJournal:
     async def _write_batches(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-            sync = any(s for _, _, s, _ in batch)
             try:
-                await asyncio.to_thread(self._write, [(k, r) for k, r, _, _ in batch], sync)
+                await asyncio.to_thread(self._write, [(k, r) for k, r, _ in batch])
             except Exception as e:  # noqa: BLE001 - every waiter of the batch gets the cause
                 self.stats.failures += 1
                 log.error("checkpoint_journal_write_failed", records=len(batch), error=str(e))
-                for _, _, _, fut in batch:
+                for _, _, fut in batch:
                     if not fut.done():
                         fut.set_exception(e if isinstance(e, OSError) else OSError(str(e)))
                 continue
             self.stats.commits += len(batch)
-            if sync:
-                self.stats.batches += 1
-                self.stats.sizes = [*self.stats.sizes[-99:], len(batch)]
-            else:
-                self.stats.unsynced += 1
-            for _, _, _, fut in batch:
+            self.stats.batches += 1
+            self.stats.sizes = [*self.stats.sizes[-99:], len(batch)]
+            for _, _, fut in batch:
                 if not fut.done():
                     fut.set_result(None)
 
-    def _write(self, batch: list[tuple[Key, PodCheckpoint | None]], sync: bool = True) -> None:
-        """One append and one fdatasync for the batch (a thread); on failure the journal is cut back.
-        Without `sync` the append alone: the next synced batch (or close) makes it durable."""
+    def _write(self, batch: list[tuple[Key, PodCheckpoint | None]]) -> None:
+        """One append and one fdatasync for the batch (a thread); on failure the journal is cut back."""
         if self._broken:  # acknowledged records to the per-pod files, the failed lines dropped with the file
             self._compact()
             self._broken = False
@@ -246,8 +231,7 @@ class CheckpointJournal:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            if sync:
-                self._sync(self._fd)
+            self._sync(self._fd)
         except OSError:
             try:
                 os.ftruncate(self._fd, start)
@@ -269,7 +253,5 @@ class CheckpointJournal:
         while self._writer is not None and not self._writer.done():
             await self._writer
         if self._fd is not None:
-            if self.stats.unsynced:  # the status changes since the last synced batch
-                await asyncio.to_thread(self._sync, self._fd)
             os.close(self._fd)
             self._fd = None

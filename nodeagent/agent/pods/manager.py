@@ -212,12 +212,10 @@ class PodManager:
             with self._step(f"checkpoint of pod {'/'.join(key)}", CHECKPOINT_STEP_S):
                 if worker is None or (worker.terminal and worker.finished and worker.deletion is not None
                                       and worker.deletion.remove):
-                    await self.journal.delete(*key, sync=False)  # lost with power: its deletion is on disk
+                    await self.journal.delete(*key)
                 elif worker.started:  # a pod being created is recorded by create_pod itself
                     deletion = worker.deletion
-                    # a termination (an eviction) is shown once it is on disk; a status change
-                    # is only written (journal.py: fdatasynced with the next batch that needs it)
-                    await self.journal.put(worker.record(), sync=deletion is not worker.recorded_deletion)
+                    await self.journal.put(worker.record())
                     worker.mark_recorded(deletion)
         except (OSError, ValueError) as e:
             log.error("checkpoint_write_failed", pod="/".join(key), error=str(e))
@@ -274,22 +272,18 @@ class PodManager:
             self.admit(plan)
             worker = PodWorker(plan, self.env, self._changed)
             self.pods[key] = worker  # holds the name and the resources while the record is written
-        cgroups = worker.prepare_cgroups()  # made meanwhile, beside the loop; no process before the record
         try:
             with self._step(f"checkpoint of pod {pod.key}", CHECKPOINT_STEP_S):
                 await self.journal.put(worker.record())
         except OSError as e:
             if self.pods.get(key) is worker:
                 del self.pods[key]
-            await asyncio.gather(cgroups, return_exceptions=True)
-            await asyncio.to_thread(worker.remove_cgroups)  # nothing half-made is left
             log.error("pod_record_failed", pod=pod.key, error=str(e))
             raise DurabilityError(f"cannot record pod {pod.key} in {self.checkpoints.directory}: {e}") from e
         faults.hit("create-after-commit")
         if worker.terminal:  # deleted (or evicted) while its record was being written
             return worker.to_dict()
         try:
-            await cgroups
             worker.start()
         except (OSError, ValueError) as e:
             if self.pods.get(key) is worker:

@@ -192,8 +192,6 @@ class PodWorker:
         # it is on disk, so what was reported survives a crash (the kill itself never waits for it)
         self.recorded_deletion: Deletion | None = None
         self.started = False
-        self._cgroups: asyncio.Future[None] | None = None  # prepare_cgroups' thread, on a create
-        self._cgroups_made = False
         self.probes: PodProbes | None = None
         self.hooks = HookRunner(env.http, clock=env.clock)
         self.conditions: list[Condition] = []
@@ -228,18 +226,6 @@ class PodWorker:
             driver.create(c.cgroup_path, self.resize.container_cgroup_spec(c))
         if any(c.from_image for c in self.plan.all_containers):  # the sandbox and the runtime's exec sessions
             driver.create(sandbox_cgroup(self.plan.cgroup_path), CgroupSpec())
-
-    def prepare_cgroups(self) -> asyncio.Future[None]:
-        """create_cgroups in a thread, started while the pod's record is being committed: the
-        mkdirs and limit writes (system time, ~3 ms on a v1 host) then overlap the fsync wait and
-        run beside the loop. start() finds them made; stop() waits for them before removing.
-        Nothing is lost to a crash meanwhile: cgroups no record names are orphans at restart."""
-        self._cgroups = asyncio.ensure_future(asyncio.to_thread(self._make_cgroups))
-        return self._cgroups
-
-    def _make_cgroups(self) -> None:
-        self.create_cgroups()
-        self._cgroups_made = True
 
     def _container_worker(self, c: ContainerPlan) -> ContainerWorker:
         logs.prepare_log_dir(c.config.log_dir)
@@ -330,8 +316,7 @@ class PodWorker:
         self.started = True
         if record is not None:
             self.resize.restore(record.resize, self.plan)
-        if not self._cgroups_made:
-            self.create_cgroups()
+        self.create_cgroups()
         if record is not None and record.deletion is not None:
             self.deletion = self.recorded_deletion = record.deletion
             self.terminal = True
@@ -689,8 +674,6 @@ class PodWorker:
         if self.image_containers or self.sandbox is not None:
             with self._step(f"pod {self.pod.key}: remove its image containers", REMOVE_STEP_S):
                 await self.remove_image_containers()
-        if self._cgroups is not None:  # a create's cgroups still being made: removed once they are
-            await asyncio.gather(self._cgroups, return_exceptions=True)
         with self._step(f"pod {self.pod.key}: remove its cgroups", REMOVE_STEP_S):
             await asyncio.to_thread(self.remove_cgroups)  # kill/rmdir may wait for the kernel to reap
         self._refresh_conditions()
