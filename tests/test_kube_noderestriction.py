@@ -40,6 +40,12 @@ def node(name: str, labels: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
 
 
+def ensure_n1(server: SecureServer) -> None:
+    """Node n1 as the admin makes it, unless the first test (which has n1 register itself) did."""
+    if server.get_json("node", "n1") is None:
+        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
+
+
 def pod(name: str, node_name: str, **meta: Any) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", **meta},
             "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "busybox"}]}}
@@ -74,8 +80,7 @@ def test_a_node_registers_and_labels_itself_only_within_the_kubelet_set(server: 
 
 
 def test_a_node_cannot_change_its_taints(server: SecureServer) -> None:
-    if server.get_json("node", "n1") is None:
-        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
+    ensure_n1(server)
     server.kubectl("taint", "nodes", "n1", "dedicated=gpu:NoSchedule")
     forbidden(as_node(server, "taint", "nodes", "n1", "dedicated-"), 'node "n1" is not allowed to modify taints')
     forbidden(as_node(server, "taint", "nodes", "n1", "mine=yes:NoExecute"), 'node "n1" is not allowed to modify taints')
@@ -87,8 +92,7 @@ def test_a_node_touches_only_its_own_pods(server: SecureServer) -> None:
     """pods/status and deletes as the agent sends them (no read first, unlike kubectl patch),
     through the official Python client with the node's certificate."""
     kubernetes = pytest.importorskip("kubernetes")
-    if server.get_json("node", "n1") is None:  # when run alone (-k): the earlier tests made it
-        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
+    ensure_n1(server)
     as_node(server, "version")  # writes the node's kubeconfig
     api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
         str(server.tmp / "system_node_n1.kubeconfig")))
@@ -149,8 +153,7 @@ def test_a_node_renews_only_its_own_lease(server: SecureServer) -> None:
 def test_a_node_gets_tokens_only_bound_to_its_own_pods(server: SecureServer) -> None:
     """The kubelet's projected service-account tokens: a TokenRequest bound to a pod on the node."""
     kubernetes = pytest.importorskip("kubernetes")
-    if server.get_json("node", "n1") is None:  # when run alone (-k): the earlier tests made it
-        server.kubectl("create", "-f", write(server, "n1-admin", node("n1", {})))
+    ensure_n1(server)
     as_node(server, "version")  # writes the node's kubeconfig
     api = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(
         str(server.tmp / "system_node_n1.kubeconfig")))

@@ -8,7 +8,7 @@ tests/fakes.py and, on real kernels, against the v1 and the v2 driver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from nodeagent.agent.cgroups.usage import UsageFiles
@@ -46,6 +46,12 @@ class CgroupStats:
     def working_set(self) -> int:
         """usage - inactive_file, floored at 0: what the kubelet calls the working set."""
         return max(0, self.memory_usage - self.memory_inactive_file)
+
+
+def weight_alone_moved(previous: CgroupSpec, spec: CgroupSpec) -> bool:
+    """Whether `spec` differs from `previous` in the cpu weight only (or not at all): the one
+    write a QoS tier needs when a pod comes or goes (CgroupDriver.update's `previous`)."""
+    return replace(previous, cpu_shares=spec.cpu_shares) == spec
 
 
 class CgroupDriver(Protocol):

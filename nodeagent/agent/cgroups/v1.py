@@ -17,7 +17,6 @@ import functools
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 
 import structlog
 from cgroupspy.nodes import Node
@@ -37,7 +36,7 @@ from nodeagent.agent.cgroups.common import (
     walk_top_down,
     write_text,
 )
-from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats, weight_alone_moved
 from nodeagent.agent.cgroups.usage import UsageFiles
 
 log = structlog.get_logger(__name__)
@@ -161,7 +160,7 @@ class CgroupV1Driver:
 
     def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
         validate_spec(spec)
-        if previous is not None and "cpu" in self.hierarchies and replace(previous, cpu_shares=spec.cpu_shares) == spec:
+        if previous is not None and "cpu" in self.hierarchies and weight_alone_moved(previous, spec):
             if spec.cpu_shares != previous.cpu_shares:  # only the weight moved: one write (ENOENT if gone)
                 shares = DEFAULT_SHARES if spec.cpu_shares is None else spec.cpu_shares
                 write_text(os.path.join(self.hierarchies["cpu"], *self._parts(path), "cpu.shares"), str(shares))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-from dataclasses import replace
 
 import structlog
 
@@ -34,7 +33,7 @@ from nodeagent.agent.cgroups.common import (
     walk_top_down,
     write_text,
 )
-from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats
+from nodeagent.agent.cgroups.driver import CgroupSpec, CgroupStats, weight_alone_moved
 from nodeagent.agent.cgroups.usage import UsageFiles
 from nodeagent.core.resources import shares_to_cpu_weight
 
@@ -94,7 +93,7 @@ class CgroupV2Driver:
     def update(self, path: str, spec: CgroupSpec, previous: CgroupSpec | None = None) -> None:
         validate_spec(spec)
         d = self._dir(path)
-        if previous is not None and replace(previous, cpu_shares=spec.cpu_shares) == spec:
+        if previous is not None and weight_alone_moved(previous, spec):
             if spec.cpu_shares == previous.cpu_shares:
                 return
             weight = os.path.join(d, "cpu.weight")
